@@ -1,0 +1,348 @@
+"""Replay: turn the files of a log segment into table state ("Action Reconciliation").
+
+Vectorised with Arrow: checkpoints are read as Arrow tables and add/remove actions of JSON commits are
+parsed by Arrow's JSON reader. Reconciliation is a hash lookup of the (few) keys touched by commits
+against the checkpoint's (many) files, then a group-by over the commits' own actions, never a Python loop
+per action. The small actions (protocol, metaData, txn, domainMetadata, commitInfo) are parsed in Python.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+from .actions import ADD, ADD_FIELDS, MAP_FIELDS, REMOVE, REMOVE_FIELDS, DomainMetadata, Metadata, Protocol
+from .actions import SetTransaction
+from .arrow_utils import conform, decode_uri_paths, struct_to_map
+from .errors import CorruptLogError
+from .segment import LogSegment
+from .storage import FileMeta, LogStore
+
+_KEY_SEP = "\x00"  # separates path and deletion-vector id in a file's reconciliation key
+
+
+class CheckpointReadError(Exception):
+    """A checkpoint file could not be read; the snapshot falls back to an older checkpoint or JSON."""
+
+
+@dataclass
+class _Actions:
+    """Actions gathered in replay order: files as Arrow, small actions as Python objects."""
+
+    adds: list[pa.Table] = field(default_factory=list)  # each with ADD columns + "_version"
+    removes: list[pa.Table] = field(default_factory=list)
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    txns: dict[str, SetTransaction] = field(default_factory=dict)
+    domains: dict[str, DomainMetadata] = field(default_factory=dict)
+    commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
+    sidecars: list[str] = field(default_factory=list)
+
+    def apply_small(self, name: str, body: Any, version: int) -> None:
+        """Latest wins for protocol, metaData, txn per appId and domain ("Action Reconciliation")."""
+        if name == "protocol":
+            self.protocol = Protocol.from_json(body)
+        elif name == "metaData":
+            self.metadata = Metadata.from_json(body)
+        elif name == "txn":
+            self.txns[body["appId"]] = SetTransaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
+        elif name == "domainMetadata":
+            dm = DomainMetadata(body["domain"], body.get("configuration") or "", bool(body.get("removed")))
+            self.domains[dm.domain] = dm
+        elif name == "commitInfo":
+            self.commit_infos[version] = body
+        elif name == "sidecar":
+            self.sidecars.append(body["path"])
+
+
+@dataclass(frozen=True)
+class TableState:
+    """The reconciled state at one version; ``files``/``tombstones`` are Arrow tables of ADD/REMOVE."""
+
+    protocol: Protocol | None
+    metadata: Metadata | None
+    txns: dict[str, SetTransaction]
+    domains: dict[str, DomainMetadata]
+    files: pa.Table
+    tombstones: pa.Table
+    commit_infos: dict[int, dict[str, Any]]
+
+
+# -- JSON commits ---------------------------------------------------------------------------------------
+def _json_struct(fields: list[tuple[str, pa.DataType]]) -> pa.StructType:
+    return pa.struct([(n, t) for n, t in fields if n not in MAP_FIELDS])
+
+
+_ADD_JSON = pa.schema([("add", _json_struct(ADD_FIELDS))])
+_REMOVE_JSON = pa.schema([("remove", _json_struct(REMOVE_FIELDS))])
+
+
+def _file_actions_from_json(lines: list[bytes], kind: str, where: list[tuple[str, int]]) -> pa.Array:
+    """Parse add or remove lines with Arrow's JSON reader into the ADD/REMOVE struct."""
+    target = ADD if kind == "add" else REMOVE
+    schema = _ADD_JSON if kind == "add" else _REMOVE_JSON
+    buf = b"\n".join(lines)
+    try:
+        table = pj.read_json(
+            io.BytesIO(buf),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(buf) + 1, 1 << 28))),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer"),
+        )
+        raw = table.column(kind).combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # Either a malformed line (named below) or values Arrow could not type uniformly: parse in Python.
+        return _file_actions_from_python(lines, kind, where, target)
+    return _normalise_file_struct(raw, target)
+
+
+def _normalise_file_struct(raw: pa.StructArray, target: pa.StructType) -> pa.Array:
+    children = {raw.type.field(i).name: raw.field(i) for i in range(raw.type.num_fields)}
+    for name in MAP_FIELDS:
+        if name in children and pa.types.is_struct(children[name].type):
+            children[name] = struct_to_map(children[name], drop_nulls=(name == "tags"))
+    names = list(children)
+    rebuilt = pa.StructArray.from_arrays([children[n] for n in names], names=names)
+    return conform(rebuilt, target)
+
+
+def _file_actions_from_python(
+    lines: list[bytes], kind: str, where: list[tuple[str, int]], target: pa.StructType
+) -> pa.Array:
+    bodies = []
+    for line, (path, lineno) in zip(lines, where, strict=True):
+        try:
+            body = json.loads(line)[kind]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptLogError(f"malformed {kind} action: {exc}", path=path, line=lineno) from None
+        for name in MAP_FIELDS:
+            if isinstance(body.get(name), dict):
+                body[name] = {k: (None if v is None else _as_str(v)) for k, v in body[name].items()}
+        bodies.append(body)
+    try:
+        return pa.array(bodies, type=target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise CorruptLogError(f"{kind} actions with values of the wrong type: {exc}", path=where[0][0]) from None
+
+
+def _as_str(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def parse_json_actions(acc: _Actions, chunks: list[tuple[int, str, bytes]]) -> None:
+    """Parse newline-delimited JSON action files (commits, V2 checkpoint JSON) into ``acc``.
+
+    ``chunks`` is ``[(version, path for messages, bytes)]`` in replay order. A Python loop runs per line
+    only to route it; add/remove lines are parsed by Arrow in one batch per kind.
+    """
+    file_lines: dict[str, tuple[list[bytes], list[int], list[tuple[str, int]]]] = {
+        "add": ([], [], []),
+        "remove": ([], [], []),
+    }
+    for version, path, data in chunks:
+        for lineno, line in enumerate(data.split(b"\n"), start=1):
+            line = line.strip()
+            if not line:
+                continue
+            kind = "add" if line.startswith(b'{"add":') else "remove" if line.startswith(b'{"remove":') else None
+            if kind is None:
+                try:
+                    obj = json.loads(line)
+                except ValueError as exc:
+                    raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
+                if not isinstance(obj, dict):
+                    raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+                for name, body in obj.items():
+                    if name in ("add", "remove"):
+                        # unusual spacing: re-serialise so the Arrow batch parses it with the rest
+                        kind, line = name, json.dumps({name: body}).encode()
+                    elif isinstance(body, dict):
+                        try:
+                            acc.apply_small(name, body, version)
+                        except (KeyError, TypeError, ValueError) as exc:
+                            raise CorruptLogError(
+                                f"{name} action is missing a required field: {exc}", path=path, line=lineno
+                            ) from None
+                if kind is None:
+                    continue
+            lines, versions, where = file_lines[kind]
+            lines.append(line)
+            versions.append(version)
+            where.append((path, lineno))
+    for kind, (lines, versions, where) in file_lines.items():
+        if not lines:
+            continue
+        arr = _file_actions_from_json(lines, kind, where)
+        _check_paths(arr, where)
+        table = _struct_to_table(arr).append_column("_version", pa.array(versions, pa.int64()))
+        (acc.adds if kind == "add" else acc.removes).append(table)
+
+
+def _check_paths(arr: pa.StructArray, where: list[tuple[str, int]]) -> None:
+    paths = arr.field("path")
+    if paths.null_count:
+        i = int(np.flatnonzero(paths.is_null().to_numpy(zero_copy_only=False))[0])
+        raise CorruptLogError("file action without a path", path=where[i][0], line=where[i][1])
+
+
+def _struct_to_table(arr: pa.StructArray) -> pa.Table:
+    """Flatten a file-action struct into columns, decoding the URI paths once, here."""
+    names = [f.name for f in arr.type]
+    columns = arr.flatten()
+    i = names.index("path")
+    columns[i] = decode_uri_paths(columns[i])
+    return pa.Table.from_arrays(columns, names=names)
+
+
+# -- checkpoints ----------------------------------------------------------------------------------------
+def _read_parquet(store: LogStore, path: str, wanted: tuple[str, ...]) -> pa.Table:
+    try:
+        if store.protocol in ("file", "local"):
+            pf = pq.ParquetFile(path)
+        else:
+            pf = pq.ParquetFile(store.open_input_file(path))
+        present = [c for c in wanted if c in pf.schema_arrow.names]
+        return pf.read(columns=present)
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
+
+
+_CHECKPOINT_COLUMNS = ("add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar")
+
+
+def _apply_checkpoint_table(acc: _Actions, table: pa.Table, version: int) -> None:
+    for name in ("protocol", "metaData", "txn", "domainMetadata", "sidecar"):
+        if name in table.column_names:
+            col = table.column(name)
+            if col.null_count < len(col):
+                for body in col.filter(col.is_valid()).to_pylist(maps_as_pydicts="lossy"):
+                    acc.apply_small(name, body, version)
+    for name, target, bucket in (("add", ADD, acc.adds), ("remove", REMOVE, acc.removes)):
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        col = col.filter(col.is_valid())
+        if len(col) == 0:
+            continue
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
+        arr = _conform_checkpoint_struct(col, target)
+        bucket.append(_struct_to_table(arr).append_column("_version", pa.nulls(len(arr), pa.int64()).fill_null(version)))
+
+
+def _conform_checkpoint_struct(col: pa.StructArray, target: pa.StructType) -> pa.StructArray:
+    # Legacy writers stored maps as struct or list<struct<key,value>>; conform() handles struct and map.
+    return conform(col, target)
+
+
+def read_checkpoint(acc: _Actions, store: LogStore, segment: LogSegment) -> None:
+    cp = segment.checkpoint
+    if cp is None:
+        return
+    for f in cp.files:
+        path = store.log_file(f.name)
+        if f.name.endswith(".json"):
+            try:
+                data = store.read_log_file(f.name)
+            except OSError as exc:
+                raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
+            try:
+                parse_json_actions(acc, [(cp.version, path, data)])
+            except CorruptLogError as exc:
+                raise CheckpointReadError(str(exc)) from exc
+        else:
+            _apply_checkpoint_table(acc, _read_parquet(store, path, _CHECKPOINT_COLUMNS), cp.version)
+    # V2 checkpoints keep their file actions in sidecar files ("V2 Checkpoint", "Sidecar Files").
+    for rel in acc.sidecars:
+        path = store.log_file(posixpath.join("_sidecars", rel)) if "/" not in rel else _resolve(store, rel)
+        _apply_checkpoint_table(acc, _read_parquet(store, path, ("add", "remove")), cp.version)
+    acc.sidecars.clear()
+
+
+def _resolve(store: LogStore, rel: str) -> str:
+    if "://" in rel:
+        return rel.split("://", 1)[1]
+    return store.log_file(rel)
+
+
+# -- reconciliation -------------------------------------------------------------------------------------
+def _keys(table: pa.Table) -> pa.Array:
+    """Reconciliation key: decoded path, plus the deletion vector's unique id when one is attached."""
+    paths = table.column("path").combine_chunks()
+    dv = table.column("deletionVector").combine_chunks()
+    if dv.null_count == len(dv):
+        return paths
+    dv_id = pc.binary_join_element_wise(
+        dv.field("storageType"),
+        dv.field("pathOrInlineDv"),
+        pc.if_else(dv.field("offset").is_null(), "", pc.binary_join_element_wise("@", dv.field("offset").cast(pa.string()), "")),
+        "",
+    )
+    return pc.if_else(dv.is_valid(), pc.binary_join_element_wise(paths, dv_id, _KEY_SEP), paths)
+
+
+def _concat(tables: list[pa.Table], target: pa.StructType) -> pa.Table:
+    if not tables:
+        empty = pa.schema(list(target) + [pa.field("_version", pa.int64())])
+        return empty.empty_table()
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def reconcile(base_adds: pa.Table, base_removes: pa.Table, adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Latest action per key wins; ``base_*`` come from a checkpoint (already unique), the rest in order."""
+    if adds.num_rows == 0 and removes.num_rows == 0:
+        return base_adds, base_removes
+    add_keys, remove_keys = _keys(adds), _keys(removes)
+    touched = pa.concat_arrays([add_keys, remove_keys]).unique()
+    if base_adds.num_rows:
+        base_adds = base_adds.filter(pc.invert(pc.is_in(_keys(base_adds), value_set=touched)))
+    if base_removes.num_rows:
+        base_removes = base_removes.filter(pc.invert(pc.is_in(_keys(base_removes), value_set=touched)))
+    n_add = adds.num_rows
+    versions = pa.concat_arrays([adds.column("_version").combine_chunks(), removes.column("_version").combine_chunks()])
+    position = np.arange(len(versions), dtype=np.int64)
+    order = versions.to_numpy() * (len(versions) + 1) + position
+    grouped = pa.table({"k": pa.concat_arrays([add_keys, remove_keys]), "o": order}).group_by("k", use_threads=False)
+    winners = np.sort(grouped.aggregate([("o", "max")]).column("o_max").to_numpy() % (len(versions) + 1))
+    win_adds = winners[winners < n_add]
+    win_removes = winners[winners >= n_add] - n_add
+    files = pa.concat_tables([base_adds, adds.take(pa.array(win_adds))])
+    tombstones = pa.concat_tables([base_removes, removes.take(pa.array(win_removes))])
+    return files, tombstones
+
+
+def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> TableState:
+    """Reconstruct the state of ``segment``; ``commit_data`` holds its commit files' bytes, in order."""
+    base = _Actions()
+    read_checkpoint(base, store, segment)
+    acc = _Actions(protocol=base.protocol, metadata=base.metadata, txns=base.txns, domains=base.domains)
+    chunks = [
+        (_commit_version(f), store.log_file(f.name), data) for f, data in zip(segment.commits, commit_data, strict=True)
+    ]
+    parse_json_actions(acc, chunks)
+    files, tombstones = reconcile(
+        _concat(base.adds, ADD), _concat(base.removes, REMOVE), _concat(acc.adds, ADD), _concat(acc.removes, REMOVE)
+    )
+    files = _finish(files)
+    tombstones = _finish(tombstones)
+    domains = {k: v for k, v in acc.domains.items() if not v.removed}
+    return TableState(acc.protocol, acc.metadata, acc.txns, domains, files, tombstones, acc.commit_infos)
+
+
+def _finish(table: pa.Table) -> pa.Table:
+    """Drop the replay-only column; paths were decoded when the actions were read."""
+    return table.drop_columns(["_version"])
+
+
+def _commit_version(f: FileMeta) -> int:
+    return int(f.name.split(".", 1)[0])

@@ -1,0 +1,151 @@
+"""An immutable snapshot: the state of a table at one version ("Delta Table Specification").
+
+Built from a log segment by replay. If the segment's checkpoint proves unreadable (truncated, half
+written), the snapshot is rebuilt from an older checkpoint or the JSON commits, as readers must survive
+a checkpoint that a crashed writer left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .actions import DomainMetadata, Metadata, Protocol, SetTransaction
+from .errors import CorruptLogError
+from .properties import DELETED_FILE_RETENTION, ict_enablement_version, interval_property_ms
+from .protocol import check_read_supported
+from .replay import CheckpointReadError, TableState, replay
+from .segment import LogSegment, SegmentBuilder, commit_name
+from .storage import LogStore
+
+log = logging.getLogger(__name__)
+_MAX_CHECKPOINT_FALLBACKS = 5
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """The table at ``version``. ``files`` has one row per live AddFile; paths are decoded."""
+
+    store: LogStore
+    segment: LogSegment
+    version: int
+    timestamp: int
+    protocol: Protocol
+    metadata: Metadata
+    files: pa.Table
+    tombstones: pa.Table
+    app_transaction_actions: dict[str, SetTransaction]
+    domain_metadata: dict[str, DomainMetadata]
+    commit_info: dict[str, Any] | None
+
+    @property
+    def app_transactions(self) -> dict[str, int]:
+        """appId -> latest version ("Transaction Identifiers")."""
+        return {k: v.version for k, v in self.app_transaction_actions.items()}
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.metadata.partition_columns)
+
+    @property
+    def configuration(self) -> dict[str, str]:
+        return dict(self.metadata.configuration)
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The table schema as Arrow (logical names)."""
+        from .schema import delta_schema_to_arrow
+
+        return delta_schema_to_arrow(self.metadata.schema)
+
+    @property
+    def num_files(self) -> int:
+        return self.files.num_rows
+
+    def file_paths(self) -> list[str]:
+        """Decoded paths of live files, relative to the table root unless absolute in the log."""
+        return self.files.column("path").to_pylist()
+
+    def __repr__(self) -> str:
+        return f"Snapshot(uri={self.store.uri!r}, version={self.version}, files={self.num_files})"
+
+
+def load_snapshot(store: LogStore, version: int | None = None, *, now_ms: int | None = None) -> Snapshot:
+    """Build the snapshot at ``version`` (latest when ``None``)."""
+    builder = SegmentBuilder(store)
+    excluded: set[int] = set()
+    for _ in range(_MAX_CHECKPOINT_FALLBACKS + 1):
+        segment = builder.build(version, frozenset(excluded))
+        commit_data = store.read_log_files(f.name for f in segment.commits)
+        try:
+            state = replay(store, segment, commit_data)
+        except CheckpointReadError as exc:
+            assert segment.checkpoint is not None
+            log.warning("%s; falling back to an older checkpoint or the JSON log", exc)
+            excluded.add(segment.checkpoint.version)
+            continue
+        return _from_state(store, segment, state, now_ms)
+    raise CorruptLogError(f"no readable checkpoint for {store.uri} after {len(excluded)} attempts")
+
+
+def _from_state(store: LogStore, segment: LogSegment, state: TableState, now_ms: int | None) -> Snapshot:
+    where = f"table {store.uri} at version {segment.version}"
+    if state.protocol is None:
+        raise CorruptLogError(f"{where} has no protocol action", path=store.log_path)
+    check_read_supported(state.protocol, where=where)
+    if state.metadata is None:
+        raise CorruptLogError(f"{where} has no metaData action", path=store.log_path)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    retention = interval_property_ms(state.metadata.configuration, DELETED_FILE_RETENTION) or 0
+    tombstones = state.tombstones
+    if tombstones.num_rows:
+        # A tombstone expires once its deletion timestamp falls out of the retention window ("Add File and
+        # Remove File"); a missing timestamp counts as 0, i.e. expired, as in Delta Spark.
+        ts = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
+        tombstones = tombstones.filter(pc.greater(ts, now - retention))
+    info = state.commit_infos.get(segment.version)
+    return Snapshot(
+        store=store,
+        segment=segment,
+        version=segment.version,
+        timestamp=_version_timestamp(store, segment, state.metadata, info),
+        protocol=state.protocol,
+        metadata=state.metadata,
+        files=state.files,
+        tombstones=tombstones,
+        app_transaction_actions=state.txns,
+        domain_metadata=state.domains,
+        commit_info=info,
+    )
+
+
+def _version_timestamp(store: LogStore, segment: LogSegment, metadata: Metadata, info: dict | None) -> int:
+    """In-commit timestamp when the table enables it at this version, else the commit file's mtime."""
+    enabled_from = ict_enablement_version(metadata.configuration)
+    if enabled_from is not None and segment.version >= enabled_from:
+        if info is None and segment.checkpoint_version == segment.version:
+            info = _commit_info_of(store, segment.version)
+        if info is not None and info.get("inCommitTimestamp") is not None:
+            return int(info["inCommitTimestamp"])
+    if segment.commits and segment.commits[-1].name == commit_name(segment.version):
+        return segment.commits[-1].modification_time
+    try:
+        return store.info(store.log_file(commit_name(segment.version))).modification_time
+    except FileNotFoundError:
+        assert segment.checkpoint is not None
+        return segment.checkpoint.files[0].modification_time
+
+
+def _commit_info_of(store: LogStore, version: int) -> dict | None:
+    from .history import read_commit_info
+
+    try:
+        return read_commit_info(store, version)
+    except FileNotFoundError:
+        return None

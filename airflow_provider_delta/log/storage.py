@@ -1,0 +1,175 @@
+"""Storage behind one small interface: the only module that knows which backend a table lives on.
+
+As in delta-kernel-rs, everything above this module sees a :class:`LogStore` that lists the log from a
+version, reads files and answers existence; local, memory and S3 differ only here.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+LOG_DIR = "_delta_log"
+# Parallel reads of small log files: object stores answer each in tens of milliseconds.
+_READ_THREADS = 16
+
+
+@dataclass(frozen=True)
+class FileMeta:
+    """One file of the log as a listing reports it."""
+
+    name: str  # file name inside _delta_log (or a path relative to it, e.g. "_sidecars/x.parquet")
+    size: int
+    modification_time: int  # ms since the epoch
+
+
+def _to_ms(value: Any) -> int:
+    """Normalise the modification times fsspec backends report (float seconds, datetime, str)."""
+    if value is None:
+        return 0
+    if hasattr(value, "timestamp"):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int | float):
+        return int(value * 1000)
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _mtime_of(info: dict[str, Any]) -> int:
+    for key in ("mtime", "LastModified", "last_modified", "created", "updated"):
+        if key in info and info[key] is not None:
+            return _to_ms(info[key])
+    return 0
+
+
+class LogStore:
+    """Access to one table's root and ``_delta_log`` over an fsspec filesystem.
+
+    :param uri: table root: a local path, ``file://``, ``memory://``, ``s3://`` or any fsspec URL.
+    :param storage_options: passed to the fsspec filesystem (credentials, endpoint, ...).
+    """
+
+    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
+        options = dict(storage_options or {})
+        fs, root = fsspec.core.url_to_fs(str(uri), **options)
+        self.fs = fs
+        self.uri = str(uri)
+        self.root = root.rstrip("/") if root not in ("/", "") else root
+        self.log_path = posixpath.join(self.root, LOG_DIR)
+        self.storage_options = options
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.protocol = protocol
+
+    # -- paths --------------------------------------------------------------------------------------------
+    def log_file(self, name: str) -> str:
+        return posixpath.join(self.log_path, name)
+
+    def table_file(self, relative: str) -> str:
+        return posixpath.join(self.root, relative)
+
+    # -- listing ------------------------------------------------------------------------------------------
+    def list_log(self, start_version: int = 0) -> list[FileMeta]:
+        """All files of ``_delta_log`` whose name sorts at or after ``start_version``, sorted by name.
+
+        Names in the log are zero-padded to 20 digits, so a lexicographic start position is a version
+        position ("Last Checkpoint File"). S3 lists with ``StartAfter`` so a long log is not listed whole;
+        other backends list the directory and filter.
+        """
+        start_key = f"{start_version:020d}"
+        if self.protocol in ("s3", "s3a") and hasattr(self.fs, "call_s3"):
+            files = self._list_s3(start_key)
+        else:
+            files = self._list_generic()
+        out = [f for f in files if f.name >= start_key]
+        out.sort(key=lambda f: f.name)
+        return out
+
+    def _list_generic(self) -> list[FileMeta]:
+        if self.protocol in ("file", "local"):
+            return self._list_local()
+        try:
+            entries = self.fs.ls(self.log_path, detail=True, refresh=True)
+        except TypeError:
+            entries = self.fs.ls(self.log_path, detail=True)
+        except FileNotFoundError:
+            return []
+        out = []
+        for e in entries:
+            if e.get("type") == "directory":
+                continue
+            name = posixpath.basename(e["name"].rstrip("/"))
+            out.append(FileMeta(name, int(e.get("size") or 0), _mtime_of(e)))
+        return out
+
+    def _list_local(self) -> list[FileMeta]:
+        # os.scandir is several times faster than fsspec's local ls on logs of 10,000+ files.
+        try:
+            it = os.scandir(self.log_path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        with it:
+            for e in it:
+                if e.is_file():
+                    st = e.stat()
+                    out.append(FileMeta(e.name, st.st_size, st.st_mtime_ns // 1_000_000))
+        return out
+
+    def _list_s3(self, start_key: str) -> list[FileMeta]:
+        bucket, _, key = self.log_path.partition("/")
+        prefix = key.rstrip("/") + "/"
+        out: list[FileMeta] = []
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "StartAfter": prefix + start_key}
+        while True:
+            resp = self.fs.call_s3("list_objects_v2", **kwargs)
+            for obj in resp.get("Contents", []):
+                name = obj["Key"][len(prefix):]
+                if "/" in name:
+                    continue
+                out.append(FileMeta(name, int(obj.get("Size", 0)), _to_ms(obj.get("LastModified"))))
+            if not resp.get("IsTruncated"):
+                return out
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def read_log_file(self, name: str) -> bytes:
+        return self.fs.cat_file(self.log_file(name))
+
+    def read_log_files(self, names: Iterable[str]) -> list[bytes]:
+        """Read many small log files concurrently, preserving order."""
+        names = list(names)
+        if len(names) <= 1:
+            return [self.read_log_file(n) for n in names]
+        if self.protocol in ("file", "local"):
+            return [_read_local(self.log_file(n)) for n in names] if len(names) < 64 else _threaded(
+                _read_local, [self.log_file(n) for n in names]
+            )
+        return _threaded(self.read_log_file, names)
+
+    def exists(self, path: str) -> bool:
+        return self.fs.exists(path)
+
+    def info(self, path: str) -> FileMeta:
+        info = self.fs.info(path)
+        return FileMeta(posixpath.basename(path), int(info.get("size") or 0), _mtime_of(info))
+
+    def open_input_file(self, path: str):
+        """A seekable file object for Parquet readers."""
+        return self.fs.open(path, "rb")
+
+
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _threaded(fn, items: list) -> list:
+    with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
