@@ -51,7 +51,9 @@ def struct_to_map(arr: pa.StructArray, *, drop_nulls: bool) -> pa.MapArray:
     """
     n = len(arr)
     k = arr.type.num_fields
-    row_valid = np.ones(n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+    row_valid = (
+        np.ones(n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+    )
     if k == 0:
         offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
         empty = pa.array([], pa.string())

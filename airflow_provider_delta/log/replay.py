@@ -20,8 +20,17 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from .actions import ADD, ADD_FIELDS, MAP_FIELDS, REMOVE, REMOVE_FIELDS, DomainMetadata, Metadata, Protocol
-from .actions import SetTransaction
+from .actions import (
+    ADD,
+    ADD_FIELDS,
+    MAP_FIELDS,
+    REMOVE,
+    REMOVE_FIELDS,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    SetTransaction,
+)
 from .arrow_utils import conform, decode_uri_paths, struct_to_map
 from .errors import CorruptLogError
 from .segment import LogSegment
@@ -54,7 +63,9 @@ class _Actions:
         elif name == "metaData":
             self.metadata = Metadata.from_json(body)
         elif name == "txn":
-            self.txns[body["appId"]] = SetTransaction(body["appId"], int(body["version"]), body.get("lastUpdated"))
+            self.txns[body["appId"]] = SetTransaction(
+                body["appId"], int(body["version"]), body.get("lastUpdated")
+            )
         elif name == "domainMetadata":
             dm = DomainMetadata(body["domain"], body.get("configuration") or "", bool(body.get("removed")))
             self.domains[dm.domain] = dm
@@ -130,7 +141,9 @@ def _file_actions_from_python(
     try:
         return pa.array(bodies, type=target)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-        raise CorruptLogError(f"{kind} actions with values of the wrong type: {exc}", path=where[0][0]) from None
+        raise CorruptLogError(
+            f"{kind} actions with values of the wrong type: {exc}", path=where[0][0]
+        ) from None
 
 
 def _as_str(v: Any) -> str:
@@ -154,7 +167,9 @@ def parse_json_actions(acc: _Actions, chunks: list[tuple[int, str, bytes]]) -> N
             line = line.strip()
             if not line:
                 continue
-            kind = "add" if line.startswith(b'{"add":') else "remove" if line.startswith(b'{"remove":') else None
+            kind = (
+                "add" if line.startswith(b'{"add":') else "remove" if line.startswith(b'{"remove":') else None
+            )
             if kind is None:
                 try:
                     obj = json.loads(line)
@@ -237,7 +252,9 @@ def _apply_checkpoint_table(acc: _Actions, table: pa.Table, version: int) -> Non
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
         arr = _conform_checkpoint_struct(col, target)
-        bucket.append(_struct_to_table(arr).append_column("_version", pa.nulls(len(arr), pa.int64()).fill_null(version)))
+        bucket.append(
+            _struct_to_table(arr).append_column("_version", pa.nulls(len(arr), pa.int64()).fill_null(version))
+        )
 
 
 def _conform_checkpoint_struct(col: pa.StructArray, target: pa.StructType) -> pa.StructArray:
@@ -285,7 +302,11 @@ def _keys(table: pa.Table) -> pa.Array:
     dv_id = pc.binary_join_element_wise(
         dv.field("storageType"),
         dv.field("pathOrInlineDv"),
-        pc.if_else(dv.field("offset").is_null(), "", pc.binary_join_element_wise("@", dv.field("offset").cast(pa.string()), "")),
+        pc.if_else(
+            dv.field("offset").is_null(),
+            "",
+            pc.binary_join_element_wise("@", dv.field("offset").cast(pa.string()), ""),
+        ),
         "",
     )
     return pc.if_else(dv.is_valid(), pc.binary_join_element_wise(paths, dv_id, _KEY_SEP), paths)
@@ -298,7 +319,9 @@ def _concat(tables: list[pa.Table], target: pa.StructType) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
-def reconcile(base_adds: pa.Table, base_removes: pa.Table, adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
+def reconcile(
+    base_adds: pa.Table, base_removes: pa.Table, adds: pa.Table, removes: pa.Table
+) -> tuple[pa.Table, pa.Table]:
     """Latest action per key wins; ``base_*`` come from a checkpoint (already unique), the rest in order."""
     if adds.num_rows == 0 and removes.num_rows == 0:
         return base_adds, base_removes
@@ -309,10 +332,14 @@ def reconcile(base_adds: pa.Table, base_removes: pa.Table, adds: pa.Table, remov
     if base_removes.num_rows:
         base_removes = base_removes.filter(pc.invert(pc.is_in(_keys(base_removes), value_set=touched)))
     n_add = adds.num_rows
-    versions = pa.concat_arrays([adds.column("_version").combine_chunks(), removes.column("_version").combine_chunks()])
+    versions = pa.concat_arrays(
+        [adds.column("_version").combine_chunks(), removes.column("_version").combine_chunks()]
+    )
     position = np.arange(len(versions), dtype=np.int64)
     order = versions.to_numpy() * (len(versions) + 1) + position
-    grouped = pa.table({"k": pa.concat_arrays([add_keys, remove_keys]), "o": order}).group_by("k", use_threads=False)
+    grouped = pa.table({"k": pa.concat_arrays([add_keys, remove_keys]), "o": order}).group_by(
+        "k", use_threads=False
+    )
     winners = np.sort(grouped.aggregate([("o", "max")]).column("o_max").to_numpy() % (len(versions) + 1))
     win_adds = winners[winners < n_add]
     win_removes = winners[winners >= n_add] - n_add
@@ -327,11 +354,15 @@ def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> Ta
     read_checkpoint(base, store, segment)
     acc = _Actions(protocol=base.protocol, metadata=base.metadata, txns=base.txns, domains=base.domains)
     chunks = [
-        (_commit_version(f), store.log_file(f.name), data) for f, data in zip(segment.commits, commit_data, strict=True)
+        (_commit_version(f), store.log_file(f.name), data)
+        for f, data in zip(segment.commits, commit_data, strict=True)
     ]
     parse_json_actions(acc, chunks)
     files, tombstones = reconcile(
-        _concat(base.adds, ADD), _concat(base.removes, REMOVE), _concat(acc.adds, ADD), _concat(acc.removes, REMOVE)
+        _concat(base.adds, ADD),
+        _concat(base.removes, REMOVE),
+        _concat(acc.adds, ADD),
+        _concat(acc.removes, REMOVE),
     )
     files = _finish(files)
     tombstones = _finish(tombstones)

@@ -76,7 +76,9 @@ def _group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
             files_in_order = tuple(got[i] for i in range(1, total + 1))
             found.setdefault(version, []).append(Checkpoint(version, "multi-part", files_in_order))
         else:
-            log.info("ignoring incomplete multi-part checkpoint %d (%d of %d parts)", version, len(got), total)
+            log.info(
+                "ignoring incomplete multi-part checkpoint %d (%d of %d parts)", version, len(got), total
+            )
     for cps in found.values():
         # Prefer a V2 checkpoint (it carries sidecars and checkpointMetadata), then classic, then multi-part.
         cps.sort(key=lambda c: ({"v2": 0, "classic": 1, "multi-part": 2}[c.kind], c.names))
@@ -155,7 +157,9 @@ class SegmentBuilder:
     def _raise_unreconstructable(self, files: list[FileMeta], version: int | None) -> None:
         commits = sorted(v for f in files if (v := commit_version(f.name)) is not None)
         if not commits and not _group_checkpoints(files):
-            raise TableNotFoundError(f"no Delta table at {self.store.uri}: {self.store.log_path} has no commits")
+            raise TableNotFoundError(
+                f"no Delta table at {self.store.uri}: {self.store.log_path} has no commits"
+            )
         earliest, latest = (commits[0], commits[-1]) if commits else (None, None)
         raise VersionNotFoundError(
             f"version {version if version is not None else latest} of {self.store.uri} cannot be "

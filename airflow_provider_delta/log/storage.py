@@ -130,7 +130,7 @@ class LogStore:
         while True:
             resp = self.fs.call_s3("list_objects_v2", **kwargs)
             for obj in resp.get("Contents", []):
-                name = obj["Key"][len(prefix):]
+                name = obj["Key"][len(prefix) :]
                 if "/" in name:
                     continue
                 out.append(FileMeta(name, int(obj.get("Size", 0)), _to_ms(obj.get("LastModified"))))
@@ -148,8 +148,10 @@ class LogStore:
         if len(names) <= 1:
             return [self.read_log_file(n) for n in names]
         if self.protocol in ("file", "local"):
-            return [_read_local(self.log_file(n)) for n in names] if len(names) < 64 else _threaded(
-                _read_local, [self.log_file(n) for n in names]
+            return (
+                [_read_local(self.log_file(n)) for n in names]
+                if len(names) < 64
+                else _threaded(_read_local, [self.log_file(n) for n in names])
             )
         return _threaded(self.read_log_file, names)
 

@@ -50,7 +50,9 @@ class DeltaTable:
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
 
-    def snapshot(self, version: int | None = None, timestamp: int | float | str | datetime | None = None) -> Snapshot:
+    def snapshot(
+        self, version: int | None = None, timestamp: int | float | str | datetime | None = None
+    ) -> Snapshot:
         """The latest snapshot, or the one at ``version``, or the latest at or before ``timestamp``."""
         if version is not None and timestamp is not None:
             raise ValueError("pass version or timestamp, not both")

@@ -1,0 +1,212 @@
+"""Root fixtures: a real S3 endpoint (moto's server, in this process) with a request log.
+
+The server is moto's own WSGI app served by werkzeug on 127.0.0.1, wrapped in a small middleware that records
+every request before moto answers it. Tests use the log to pin the storage cost of an operation, e.g. "an idle
+sensor poke costs exactly one request". moto's ``ThreadedMotoServer`` has no hook for wrapping its app, so
+this file builds the same server itself.
+
+moto keeps its S3 state in process-wide backends: a test that also enters ``moto.mock_aws()`` resets them, and
+with them every bucket this server holds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import pytest
+
+# Airflow reads this when its configuration is first loaded; set it before any test imports airflow.
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+FAKE_KEY = "testing"
+FAKE_SECRET = "testing"
+REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class S3Request:
+    """One request as the server saw it. Paths are path-style: ``/bucket/key``."""
+
+    method: str
+    path: str
+    query: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
+
+    @property
+    def bucket(self) -> str:
+        return unquote(self.path.lstrip("/").partition("/")[0])
+
+    @property
+    def key(self) -> str:
+        """The object key, or "" for a bucket-level request such as a listing."""
+        return unquote(self.path.lstrip("/").partition("/")[2])
+
+    @property
+    def params(self) -> dict[str, str]:
+        return dict(parse_qsl(self.query, keep_blank_values=True))
+
+
+class RequestLog:
+    """Requests the server received, in arrival order (moto's own /moto-api calls left out). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: list[S3Request] = []
+
+    def record(self, request: S3Request) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    @property
+    def requests(self) -> list[S3Request]:
+        with self._lock:
+            return list(self._requests)
+
+    def count(self, method: str | None = None, bucket: str | None = None) -> int:
+        return sum(
+            1
+            for r in self.requests
+            if (method is None or r.method == method) and (bucket is None or r.bucket == bucket)
+        )
+
+    def counts(self) -> Counter[tuple[str, str]]:
+        """How many requests per (method, path)."""
+        return Counter((r.method, r.path) for r in self.requests)
+
+    def __len__(self) -> int:
+        return self.count()
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint_url: str
+    requests: RequestLog
+    # For s3fs / fsspec (``fsspec.filesystem("s3", **storage_options)``). skip_instance_cache keeps a cached
+    # S3FileSystem, and its listings cache, from carrying over between tests.
+    storage_options: dict[str, Any]
+    # For deltalake / delta-rs (object_store keys). No AWS_S3_ALLOW_UNSAFE_RENAME: deltalake 1.6 commits with
+    # conditional put (If-None-Match: *), which moto enforces, so concurrent writers are safe here as on AWS.
+    delta_storage_options: dict[str, str]
+
+    def client(self) -> Any:
+        """A boto3 S3 client for this server."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=REGION,
+            aws_access_key_id=FAKE_KEY,
+            aws_secret_access_key=FAKE_SECRET,
+        )
+
+    def filesystem(self) -> Any:
+        """A fresh (uncached) s3fs filesystem for this server."""
+        import fsspec
+
+        return fsspec.filesystem("s3", **self.storage_options)
+
+
+def _serve(log: RequestLog) -> tuple[Any, threading.Thread]:
+    from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    moto_app = DomainDispatcherApplication(create_backend_app)
+
+    def counting_app(environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith("/moto-api"):
+            headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k[:5] == "HTTP_"}
+            log.record(S3Request(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers))
+        return moto_app(environ, start_response)
+
+    class QuietHandler(MotoRequestHandler):
+        def log_request(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    server = make_server("127.0.0.1", 0, counting_app, threaded=True, request_handler=QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="moto-s3", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _isolate_aws_env(mp: pytest.MonkeyPatch) -> None:
+    """Drop the machine's AWS settings and use fake credentials, so nothing reaches a real account."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            mp.delenv(name)
+    mp.setenv("AWS_ACCESS_KEY_ID", FAKE_KEY)
+    mp.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
+    mp.setenv("AWS_DEFAULT_REGION", REGION)
+    mp.setenv("AWS_REGION", REGION)
+    mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    mp.setenv("AWS_CONFIG_FILE", os.devnull)
+    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    for name in ("NO_PROXY", "no_proxy"):
+        mp.setenv(name, ",".join(filter(None, [os.environ.get(name), "127.0.0.1", "localhost"])))
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    with pytest.MonkeyPatch.context() as mp:
+        _isolate_aws_env(mp)
+        log = RequestLog()
+        server, thread = _serve(log)
+        endpoint = f"http://127.0.0.1:{server.server_port}"
+        try:
+            yield S3Server(
+                endpoint_url=endpoint,
+                requests=log,
+                storage_options={
+                    "key": FAKE_KEY,
+                    "secret": FAKE_SECRET,
+                    "client_kwargs": {"endpoint_url": endpoint, "region_name": REGION},
+                    "skip_instance_cache": True,
+                },
+                delta_storage_options={
+                    "AWS_ENDPOINT_URL": endpoint,
+                    "AWS_ACCESS_KEY_ID": FAKE_KEY,
+                    "AWS_SECRET_ACCESS_KEY": FAKE_SECRET,
+                    "AWS_REGION": REGION,
+                    "AWS_ALLOW_HTTP": "true",
+                },
+            )
+        finally:
+            # moto's documented reset drops every bucket, so no state outlives the session.
+            reset = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+            urllib.request.urlopen(reset, timeout=10).close()
+            server.shutdown()
+            thread.join(timeout=10)
+            server.server_close()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> Iterator[str]:
+    """A new, empty bucket; the request log is cleared after creating it."""
+    import s3fs
+
+    name = f"test-{uuid.uuid4().hex[:16]}"
+    s3_server.client().create_bucket(Bucket=name)
+    s3fs.S3FileSystem.clear_instance_cache()
+    s3_server.requests.clear()
+    yield name
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def request_counter(s3_server: S3Server) -> RequestLog:
+    """The server's request log, cleared at the start of the test (after any bucket fixture ran)."""
+    s3_server.requests.clear()
+    return s3_server.requests
