@@ -319,6 +319,14 @@ def _concat(tables: list[pa.Table], target: pa.StructType) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
+def _drop_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
+    """Rows whose key is not in ``keys``; no copy when none is (appends touch only new paths)."""
+    if table.num_rows == 0:
+        return table
+    hit = pc.is_in(_keys(table), value_set=keys)
+    return table.filter(pc.invert(hit)) if pc.any(hit).as_py() else table
+
+
 def reconcile(
     base_adds: pa.Table, base_removes: pa.Table, adds: pa.Table, removes: pa.Table
 ) -> tuple[pa.Table, pa.Table]:
@@ -327,10 +335,8 @@ def reconcile(
         return base_adds, base_removes
     add_keys, remove_keys = _keys(adds), _keys(removes)
     touched = pa.concat_arrays([add_keys, remove_keys]).unique()
-    if base_adds.num_rows:
-        base_adds = base_adds.filter(pc.invert(pc.is_in(_keys(base_adds), value_set=touched)))
-    if base_removes.num_rows:
-        base_removes = base_removes.filter(pc.invert(pc.is_in(_keys(base_removes), value_set=touched)))
+    base_adds = _drop_keys(base_adds, touched)
+    base_removes = _drop_keys(base_removes, touched)
     n_add = adds.num_rows
     versions = pa.concat_arrays(
         [adds.column("_version").combine_chunks(), removes.column("_version").combine_chunks()]
