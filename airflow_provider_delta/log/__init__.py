@@ -3,19 +3,52 @@
 Imports neither Airflow nor PySpark; the provider's hooks, operators and Spark layer build on it.
 """
 
-from .actions import DomainMetadata, Format, Metadata, Protocol, SetTransaction
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+
+try:
+    __version__ = _dist_version("airflow-provider-delta")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+from .actions import AddFile, DomainMetadata, Format, Metadata, Protocol, RemoveFile, SetTransaction
 from .errors import (
+    CommitFailedError,
+    ConcurrentAppendError,
+    ConcurrentDeleteDeleteError,
+    ConcurrentDeleteReadError,
+    ConcurrentModificationError,
+    ConcurrentTransactionError,
     CorruptLogError,
     DeltaError,
+    InvalidCommitError,
+    MetadataChangedError,
+    ProtocolChangedError,
     TableNotFoundError,
+    UnsafeStorageError,
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
 from .history import HistoryEntry
 from .snapshot import Snapshot
 from .table import DeltaTable
+from .transaction import CommitResult, Transaction
 
 __all__ = [
+    "AddFile",
+    "CommitFailedError",
+    "CommitResult",
+    "ConcurrentAppendError",
+    "ConcurrentDeleteDeleteError",
+    "ConcurrentDeleteReadError",
+    "ConcurrentModificationError",
+    "ConcurrentTransactionError",
+    "InvalidCommitError",
+    "MetadataChangedError",
+    "ProtocolChangedError",
+    "RemoveFile",
+    "Transaction",
+    "UnsafeStorageError",
     "CorruptLogError",
     "DeltaError",
     "DeltaTable",

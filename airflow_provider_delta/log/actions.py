@@ -65,6 +65,9 @@ class Metadata:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Metadata:
+        for required in ("id", "schemaString"):
+            if not isinstance(d.get(required), str):
+                raise ValueError(f"metaData.{required} is missing or null")
         fmt = d.get("format") or {}
         return cls(
             id=d["id"],
@@ -173,3 +176,139 @@ REMOVE = pa.struct(REMOVE_FIELDS)
 # Fields whose JSON objects have arbitrary keys: Arrow's JSON reader cannot parse maps directly, so replay
 # reads them as inferred structs and converts (see ``replay``).
 MAP_FIELDS = ("partitionValues", "tags")
+
+
+# -- file actions as Python objects (what writers build) ----------------------------------------------------
+@dataclass(frozen=True)
+class AddFile:
+    """The ``add`` action ("Add File and Remove File"). ``path`` is the decoded path relative to the root."""
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+    modification_time: int = 0
+    data_change: bool = True
+    stats: str | None = None
+    tags: dict[str, str] | None = None
+    deletion_vector: dict[str, Any] | None = None
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+    clustering_provider: str | None = None
+
+    @classmethod
+    def from_file(
+        cls,
+        table: Any,
+        path: str,
+        partition_values: dict[str, str | None] | None = None,
+        *,
+        data_change: bool = True,
+        tags: dict[str, str] | None = None,
+    ) -> AddFile:
+        """Build the action for a Parquet file already under ``table``'s root, stats from its footer."""
+        from .stats import add_file_from_parquet
+
+        return add_file_from_parquet(table, path, partition_values or {}, data_change=data_change, tags=tags)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AddFile:
+        """From a row of ``Snapshot.files`` or a JSON ``add`` body (maps as dicts or key/value pairs)."""
+        return cls(
+            path=d["path"],
+            size=int(d["size"]),
+            partition_values=_as_dict(d.get("partitionValues")) or {},
+            modification_time=int(d.get("modificationTime") or 0),
+            data_change=bool(d.get("dataChange", True)),
+            stats=d.get("stats"),
+            tags=_as_dict(d.get("tags")),
+            deletion_vector=d.get("deletionVector"),
+            base_row_id=d.get("baseRowId"),
+            default_row_commit_version=d.get("defaultRowCommitVersion"),
+            clustering_provider=d.get("clusteringProvider"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        from .arrow_utils import encode_uri_path
+
+        out: dict[str, Any] = {
+            "path": encode_uri_path(self.path),
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+            "modificationTime": self.modification_time,
+            "dataChange": self.data_change,
+        }
+        _put_optional(out, self, _ADD_OPTIONAL)
+        return out
+
+    def remove(self, deletion_timestamp: int, *, data_change: bool = True) -> RemoveFile:
+        """The tombstone for this file, keeping its deletion vector so the pair reconciles (path, DV id)."""
+        return RemoveFile(
+            path=self.path,
+            deletion_timestamp=deletion_timestamp,
+            data_change=data_change,
+            extended_file_metadata=True,
+            partition_values=dict(self.partition_values),
+            size=self.size,
+            tags=self.tags,
+            deletion_vector=self.deletion_vector,
+            base_row_id=self.base_row_id,
+            default_row_commit_version=self.default_row_commit_version,
+            stats=self.stats,
+        )
+
+
+@dataclass(frozen=True)
+class RemoveFile:
+    """The ``remove`` action: a tombstone until ``delta.deletedFileRetentionDuration`` passes."""
+
+    path: str
+    deletion_timestamp: int | None = None
+    data_change: bool = True
+    extended_file_metadata: bool | None = None
+    partition_values: dict[str, str | None] | None = None
+    size: int | None = None
+    tags: dict[str, str] | None = None
+    deletion_vector: dict[str, Any] | None = None
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+    stats: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        from .arrow_utils import encode_uri_path
+
+        out: dict[str, Any] = {"path": encode_uri_path(self.path), "dataChange": self.data_change}
+        if self.deletion_timestamp is not None:
+            out["deletionTimestamp"] = self.deletion_timestamp
+        _put_optional(out, self, _REMOVE_OPTIONAL)
+        return out
+
+
+_ADD_OPTIONAL = (
+    ("stats", "stats"),
+    ("tags", "tags"),
+    ("deletionVector", "deletion_vector"),
+    ("baseRowId", "base_row_id"),
+    ("defaultRowCommitVersion", "default_row_commit_version"),
+    ("clusteringProvider", "clustering_provider"),
+)
+_REMOVE_OPTIONAL = (
+    ("extendedFileMetadata", "extended_file_metadata"),
+    ("partitionValues", "partition_values"),
+    ("size", "size"),
+    *_ADD_OPTIONAL[:5],
+)
+
+
+def _put_optional(out: dict[str, Any], action: Any, names: tuple[tuple[str, str], ...]) -> None:
+    for wire, attr in names:
+        value = getattr(action, attr)
+        if value is not None:
+            out[wire] = dict(value) if isinstance(value, dict) else value
+
+
+def _as_dict(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return dict(value)
+    return {k: v for k, v in value}

@@ -94,8 +94,19 @@ def decode_uri_paths(paths: pa.Array) -> pa.Array:
     return pa.array(out, pa.string())
 
 
-def encode_uri_path(path: str) -> str:
-    """Encode a file path for the log as Delta Spark does (spaces, ``%`` and other unsafe characters)."""
-    from urllib.parse import quote
+_PATH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-!.~'()*,;:$&+=/@")
 
-    return quote(path, safe="/:@!$&'()*+,;=-._~")
+
+def encode_uri_path(path: str) -> str:
+    """Encode a file path for the log as Delta Spark does (Hadoop ``Path.toUri``).
+
+    ASCII characters that are not legal in a URI path (space, ``%``, ``#``, ``?``, brackets ...) are
+    percent-encoded as UTF-8; non-ASCII characters stay as they are, as in Delta Spark's logs.
+    """
+    out = []
+    for ch in path:
+        if ch in _PATH_SAFE or ord(ch) > 127:
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
+    return "".join(out)

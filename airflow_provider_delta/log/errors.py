@@ -44,3 +44,53 @@ class UnsupportedFeatureError(DeltaError):
     def __init__(self, message: str, *, features: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.features = features
+
+
+class InvalidCommitError(DeltaError):
+    """A commit would break a writer rule ("Requirements for Writers"); nothing was written."""
+
+
+class UnsafeStorageError(DeltaError):
+    """The storage backend cannot create a file only if it is absent, so concurrent commits could be lost."""
+
+
+class CommitFailedError(DeltaError):
+    """The commit did not land after the allowed number of attempts; nothing of it is in the table."""
+
+
+class ConcurrentModificationError(DeltaError):
+    """A concurrent commit conflicts with this transaction (Delta Spark's
+    ``ConcurrentModificationException``).
+
+    ``winning_version`` and ``winning_operation`` name the commit that won.
+    """
+
+    def __init__(self, message: str, *, winning_version: int, winning_operation: str | None) -> None:
+        op = winning_operation or "unknown operation"
+        super().__init__(f"{message} (conflicting commit: version {winning_version}, {op})")
+        self.winning_version = winning_version
+        self.winning_operation = winning_operation
+
+
+class ProtocolChangedError(ConcurrentModificationError):
+    """A concurrent commit changed the protocol."""
+
+
+class MetadataChangedError(ConcurrentModificationError):
+    """A concurrent commit changed the table metadata (schema, partitioning, properties)."""
+
+
+class ConcurrentAppendError(ConcurrentModificationError):
+    """A concurrent commit added files to data this transaction read."""
+
+
+class ConcurrentDeleteReadError(ConcurrentModificationError):
+    """A concurrent commit removed a file this transaction read."""
+
+
+class ConcurrentDeleteDeleteError(ConcurrentModificationError):
+    """A concurrent commit removed a file this transaction also removes."""
+
+
+class ConcurrentTransactionError(ConcurrentModificationError):
+    """A concurrent commit recorded progress for an application id this transaction depends on."""

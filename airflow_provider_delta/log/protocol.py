@@ -55,3 +55,93 @@ def check_read_supported(protocol: Protocol, *, where: str = "this table") -> No
             f"(supported: {', '.join(sorted(SUPPORTED_READER_FEATURES))})",
             features=tuple(missing),
         )
+
+
+# Writer features whose rules the core's commits follow. Not here, so refused on write: identityColumns
+# (values and high-water marks must be generated), rowTracking (row ids), allowColumnDefaults, variant
+# types, clustering, icebergCompat*, catalog-managed tables. checkConstraints, invariants and
+# generatedColumns need SQL evaluation: the core accepts data for such tables only from a caller that
+# says it checked the rows (the Spark writer does).
+SUPPORTED_WRITER_FEATURES: frozenset[str] = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "generatedColumns",
+        "changeDataFeed",
+        "columnMapping",
+        "timestampNtz",
+        "domainMetadata",
+        "deletionVectors",
+        "v2Checkpoint",
+        "inCommitTimestamp",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+    }
+)
+# Legacy writer versions imply these features ("Writer Version Requirements").
+_LEGACY_WRITER = {
+    2: {"appendOnly", "invariants"},
+    3: {"checkConstraints"},
+    4: {"changeDataFeed", "generatedColumns"},
+    5: {"columnMapping"},
+    6: {"identityColumns"},
+}
+READER_FEATURES_NEEDING_R3 = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "typeWidening",
+        "vacuumProtocolCheck",
+    }
+)
+
+
+def writer_features(protocol: Protocol) -> frozenset[str]:
+    """Writer features a protocol declares or, below version 7, implies."""
+    if protocol.min_writer_version >= 7:
+        return frozenset(protocol.writer_features or ())
+    implied: set[str] = set()
+    for version, feats in _LEGACY_WRITER.items():
+        if protocol.min_writer_version >= version:
+            implied |= feats
+    return frozenset(implied)
+
+
+def check_write_supported(protocol: Protocol, *, uses_identity: bool, where: str = "this table") -> None:
+    """Raise :class:`UnsupportedFeatureError` unless this client may write a table with ``protocol``."""
+    check_read_supported(protocol, where=where)
+    if protocol.min_writer_version > 7:
+        raise UnsupportedFeatureError(
+            f"{where} requires Delta writer version {protocol.min_writer_version}; "
+            "this client writes up to 7",
+            features=(f"writerVersion{protocol.min_writer_version}",),
+        )
+    declared = writer_features(protocol)
+    if protocol.min_writer_version < 7:
+        # Legacy versions imply features; only those the table really uses must be implemented.
+        declared = declared - ({"identityColumns"} if not uses_identity else set())
+    missing = sorted(declared - SUPPORTED_WRITER_FEATURES)
+    if missing:
+        raise UnsupportedFeatureError(
+            f"{where} uses writer feature(s) {', '.join(missing)} that this client cannot write",
+            features=tuple(missing),
+        )
+
+
+def required_protocol(features: set[str], *, explicit: bool) -> Protocol:
+    """The lowest protocol that supports ``features`` (Delta Spark's choice when creating a table).
+
+    Legacy versions are used while they suffice (1/2 by default); table features (3/7) when a feature has
+    no legacy version or the caller asked for features explicitly (``delta.feature.*`` properties).
+    """
+    legacy_only = {f for feats in _LEGACY_WRITER.values() for f in feats}
+    if not explicit and features <= legacy_only:
+        writer = max([2] + [v for v, feats in _LEGACY_WRITER.items() if feats & features])
+        reader = 2 if "columnMapping" in features else 1
+        return Protocol(reader, writer)
+    readers = sorted(features & READER_FEATURES_NEEDING_R3)
+    return Protocol(3 if readers else 1, 7, tuple(readers) if readers else None, tuple(sorted(features)))

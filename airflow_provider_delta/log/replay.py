@@ -98,21 +98,52 @@ _REMOVE_JSON = pa.schema([("remove", _json_struct(REMOVE_FIELDS))])
 
 
 def _file_actions_from_json(lines: list[bytes], kind: str, where: list[tuple[str, int]]) -> pa.Array:
-    """Parse add or remove lines with Arrow's JSON reader into the ADD/REMOVE struct."""
+    """Parse add or remove lines with Arrow's JSON reader into the ADD/REMOVE struct.
+
+    Map-valued fields (``partitionValues``, ``tags``) have free-form keys, so the first read infers them;
+    inference can type a string like ``"2021-02-02"`` as a timestamp, so when any value was not read as a
+    string the lines are read again with those keys declared as strings, keeping the text exact.
+    """
     target = ADD if kind == "add" else REMOVE
     schema = _ADD_JSON if kind == "add" else _REMOVE_JSON
     buf = b"\n".join(lines)
     try:
-        table = pj.read_json(
-            io.BytesIO(buf),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(buf) + 1, 1 << 28))),
-            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer"),
-        )
-        raw = table.column(kind).combine_chunks()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raw = _read_json(buf, schema, kind)
+        retyped = _string_keyed_maps(raw, schema, kind)
+        if retyped is not None:
+            raw = _read_json(buf, retyped, kind)
+        return _normalise_file_struct(raw, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
         # Either a malformed line (named below) or values Arrow could not type uniformly: parse in Python.
         return _file_actions_from_python(lines, kind, where, target)
-    return _normalise_file_struct(raw, target)
+
+
+def _read_json(buf: bytes, schema: pa.Schema, kind: str) -> pa.StructArray:
+    table = pj.read_json(
+        io.BytesIO(buf),
+        read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(buf) + 1, 1 << 28))),
+        parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer"),
+    )
+    return table.column(kind).combine_chunks()
+
+
+def _string_keyed_maps(raw: pa.StructArray, schema: pa.Schema, kind: str) -> pa.Schema | None:
+    """A schema declaring every inferred map key as string, or ``None`` when inference kept them strings."""
+    extra = []
+    for name in MAP_FIELDS:
+        idx = raw.type.get_field_index(name)
+        if idx < 0:
+            continue
+        inferred = raw.type.field(idx).type
+        if not pa.types.is_struct(inferred):
+            continue
+        if all(pa.types.is_string(f.type) or pa.types.is_null(f.type) for f in inferred):
+            continue
+        extra.append(pa.field(name, pa.struct([(f.name, pa.string()) for f in inferred])))
+    if not extra:
+        return None
+    base = schema.field(kind).type
+    return pa.schema([(kind, pa.struct(list(base) + extra))])
 
 
 def _normalise_file_struct(raw: pa.StructArray, target: pa.StructType) -> pa.Array:
@@ -241,7 +272,10 @@ def _apply_checkpoint_table(acc: _Actions, table: pa.Table, version: int) -> Non
             col = table.column(name)
             if col.null_count < len(col):
                 for body in col.filter(col.is_valid()).to_pylist(maps_as_pydicts="lossy"):
-                    acc.apply_small(name, body, version)
+                    try:
+                        acc.apply_small(name, body, version)
+                    except (KeyError, TypeError, ValueError) as exc:
+                        raise CheckpointReadError(f"checkpoint {name} action is invalid: {exc}") from exc
     for name, target, bucket in (("add", ADD, acc.adds), ("remove", REMOVE, acc.removes)):
         if name not in table.column_names:
             continue

@@ -18,7 +18,12 @@ import pyarrow.compute as pc
 
 from .actions import DomainMetadata, Metadata, Protocol, SetTransaction
 from .errors import CorruptLogError
-from .properties import DELETED_FILE_RETENTION, ict_enablement_version, interval_property_ms
+from .properties import (
+    DELETED_FILE_RETENTION,
+    SET_TRANSACTION_RETENTION,
+    ict_enablement_version,
+    interval_property_ms,
+)
 from .protocol import check_read_supported
 from .replay import CheckpointReadError, TableState, replay
 from .segment import LogSegment, SegmentBuilder, commit_name
@@ -110,6 +115,13 @@ def _from_state(store: LogStore, segment: LogSegment, state: TableState, now_ms:
         ts = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
         tombstones = tombstones.filter(pc.greater(ts, now - retention))
     info = state.commit_infos.get(segment.version)
+    txns = state.txns
+    txn_retention = interval_property_ms(state.metadata.configuration, SET_TRANSACTION_RETENTION)
+    if txn_retention is not None:
+        # delta.setTransactionRetentionDuration: a txn last updated before the window is forgotten, as in
+        # Delta Spark and delta-kernel-rs; one without lastUpdated never expires.
+        oldest = now - txn_retention
+        txns = {k: t for k, t in txns.items() if t.last_updated is None or t.last_updated > oldest}
     return Snapshot(
         store=store,
         segment=segment,
@@ -119,7 +131,7 @@ def _from_state(store: LogStore, segment: LogSegment, state: TableState, now_ms:
         metadata=state.metadata,
         files=state.files,
         tombstones=tombstones,
-        app_transaction_actions=state.txns,
+        app_transaction_actions=txns,
         domain_metadata=state.domains,
         commit_info=info,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -171,6 +172,48 @@ class LogStore:
     def open_input_file(self, path: str):
         """A seekable file object for Parquet readers."""
         return self.fs.open(path, "rb")
+
+
+# Backends whose fsspec ``pipe_file(..., mode="create")`` is an atomic create-if-absent: S3 sends
+# ``If-None-Match: *``, memory checks under a lock. Local disk uses a hard link instead (see put_if_absent).
+_ATOMIC_CREATE = frozenset({"s3", "s3a", "memory"})
+
+
+def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool = False) -> None:
+    """Create ``_delta_log/name`` with ``data`` unless it exists: raise ``FileExistsError`` if it does.
+
+    Delta's mutual exclusion rests on this ("Creation of New Log Entries": never overwrite an entry).
+    Local disk: write a hidden temporary file, then ``os.link`` it to the final name, which fails if the
+    name exists, so readers never see a partial commit. A backend without an atomic create is refused
+    unless ``allow_unsafe`` (e.g. a single writer that the caller guarantees).
+    """
+    from .errors import UnsafeStorageError
+
+    path = store.log_file(name)
+    if store.protocol in ("file", "local"):
+        os.makedirs(store.log_path, exist_ok=True)
+        tmp = store.log_file(f".{name}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+        return
+    if store.protocol in _ATOMIC_CREATE:
+        store.fs.pipe_file(path, data, mode="create")
+        return
+    if not allow_unsafe:
+        raise UnsafeStorageError(
+            f"storage backend {store.protocol!r} offers no atomic create-if-absent through fsspec here, so "
+            "two concurrent commits could overwrite each other; pass allow_unsafe_storage=True only if a "
+            "single writer commits to this table"
+        )
+    if store.fs.exists(path):
+        raise FileExistsError(path)
+    store.fs.pipe_file(path, data)
 
 
 def _read_local(path: str) -> bytes:

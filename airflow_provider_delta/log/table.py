@@ -6,14 +6,20 @@ there), so a long-lived handle in a sensor or a hook never serves a stale versio
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .history import CommitTimeline, HistoryEntry, list_commits, read_commit_info
 from .properties import ict_enablement_version
-from .segment import commit_version
+from .segment import commit_name, commit_version
 from .snapshot import Snapshot, load_snapshot
 from .storage import LogStore
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .transaction import Transaction
 
 
 def _timestamp_ms(value: int | float | str | datetime) -> int:
@@ -88,3 +94,79 @@ class DeltaTable:
             info = read_commit_info(self.store, version, data) or {}
             out.append(HistoryEntry(version, timeline.timestamp_at(i), info.get("operation"), info))
         return out
+
+    # -- writing ----------------------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        uri: str,
+        schema: pa.Schema | dict[str, Any],
+        partition_by: list[str] | None = None,
+        configuration: dict[str, str] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        allow_unsafe_storage: bool = False,
+    ) -> DeltaTable:
+        """Create a table: version 0 with the lowest protocol its features need (see ``creation``)."""
+        from .creation import initial_actions
+        from .transaction import Transaction
+
+        table = cls(uri, storage_options)
+        protocol, metadata = initial_actions(
+            schema, partition_by or [], configuration or {}, name, description
+        )
+        txn = Transaction(table, None, allow_unsafe_storage=allow_unsafe_storage)
+        txn.update_protocol(protocol).update_metadata(metadata)
+        txn.commit(
+            "CREATE TABLE",
+            {
+                "partitionBy": json.dumps(list(metadata.partition_columns)),
+                "description": description,
+                "isManaged": "false",
+                "properties": json.dumps(metadata.configuration),
+            },
+        )
+        return table
+
+    def transaction(
+        self, isolation: str = "WriteSerializable", *, allow_unsafe_storage: bool = False
+    ) -> Transaction:
+        """A transaction that starts from the latest snapshot."""
+        from .transaction import Transaction
+
+        return Transaction(
+            self, self.snapshot(), isolation=isolation, allow_unsafe_storage=allow_unsafe_storage
+        )
+
+    def locate_app_transaction(self, app_id: str, at_version: int) -> int:
+        """The version whose commit recorded the current ``txn`` of ``app_id`` (scanning back from
+        ``at_version``); the checkpoint's version when the commit itself was cleaned up."""
+        needle = json.dumps(app_id).encode()
+        version = at_version
+        while version >= 0:
+            batch = list(range(version, max(-1, version - 32), -1))
+            try:
+                datas = self.store.read_log_files(commit_name(v) for v in batch)
+            except FileNotFoundError:
+                datas = []
+                for v in batch:
+                    try:
+                        datas.append(self.store.read_log_file(commit_name(v)))
+                    except FileNotFoundError:
+                        return v + 1
+            for v, data in zip(batch, datas, strict=False):
+                if b'"txn"' in data and needle in data and _has_txn(data, app_id):
+                    return v
+            version = batch[-1] - 1
+        return at_version
+
+
+def _has_txn(data: bytes, app_id: str) -> bool:
+    for line in data.split(b"\n"):
+        if b'"txn"' in line:
+            body = json.loads(line).get("txn")
+            if isinstance(body, dict) and body.get("appId") == app_id:
+                return True
+    return False

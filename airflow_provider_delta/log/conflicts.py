@@ -1,0 +1,128 @@
+"""Conflict detection between a transaction and the commits that won the race for its version.
+
+Follows Delta Spark's ``ConflictChecker`` for the WriteSerializable (default) and Serializable isolation
+levels: a protocol or metadata change always conflicts; files added by a winner conflict only if this
+transaction read the data they fall in (and, under WriteSerializable, only if the winner was not a blind
+append); removed files conflict with files this transaction read or removed; app ids this transaction
+depends on must not move.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from .errors import (
+    ConcurrentAppendError,
+    ConcurrentDeleteDeleteError,
+    ConcurrentDeleteReadError,
+    ConcurrentTransactionError,
+    CorruptLogError,
+    MetadataChangedError,
+    ProtocolChangedError,
+)
+
+ISOLATION_LEVELS = ("WriteSerializable", "Serializable")
+
+
+@dataclass
+class WinningCommit:
+    """What a concurrent commit did, as far as conflict detection needs to know."""
+
+    version: int
+    operation: str | None = None
+    txn_id: str | None = None
+    blind_append: bool = False
+    changed_protocol: bool = False
+    changed_metadata: bool = False
+    data_adds: list[dict[str, Any]] = field(default_factory=list)  # adds with dataChange=true
+    removed_paths: set[str] = field(default_factory=set)
+    app_ids: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, version: int, data: bytes, *, path: str) -> WinningCommit:
+        win = cls(version)
+        for lineno, line in enumerate(data.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
+            for name, body in obj.items():
+                win._take(name, body)
+        return win
+
+    def _take(self, name: str, body: Any) -> None:
+        if name == "commitInfo":
+            self.operation = body.get("operation")
+            self.txn_id = body.get("txnId")
+            self.blind_append = bool(body.get("isBlindAppend"))
+        elif name == "protocol":
+            self.changed_protocol = True
+        elif name == "metaData":
+            self.changed_metadata = True
+        elif name == "add" and body.get("dataChange", True):
+            self.data_adds.append(body)
+        elif name == "remove":
+            self.removed_paths.add(unquote(body["path"]))
+        elif name == "txn":
+            self.app_ids[body["appId"]] = int(body["version"])
+
+
+@dataclass
+class ReadSet:
+    """What a transaction read: it decides which concurrent changes invalidate it.
+
+    ``whole_table`` for a read without a partition filter (e.g. an overwrite); ``partitions`` for reads
+    restricted to partitions (each a mapping of partition column -> serialised value); ``files`` for the
+    paths read (every removed file was read); ``app_ids`` for the application ids checked.
+    """
+
+    whole_table: bool = False
+    partitions: list[Mapping[str, str | None]] = field(default_factory=list)
+    files: set[str] = field(default_factory=set)
+    app_ids: set[str] = field(default_factory=set)
+
+    def is_blind(self) -> bool:
+        return not (self.whole_table or self.partitions or self.files)
+
+    def covers(self, partition_values: Mapping[str, str | None]) -> bool:
+        if self.whole_table:
+            return True
+        return any(all(partition_values.get(k) == v for k, v in p.items()) for p in self.partitions)
+
+
+def check_conflicts(
+    win: WinningCommit,
+    read: ReadSet,
+    removed: set[str],
+    *,
+    isolation: str,
+    changes_metadata: bool,
+) -> None:
+    """Raise the ``ConcurrentModificationError`` subclass Delta Spark would raise, else return."""
+    kw = {"winning_version": win.version, "winning_operation": win.operation}
+    if win.changed_protocol:
+        raise ProtocolChangedError("the protocol of the table changed since this transaction read it", **kw)
+    if win.changed_metadata:
+        raise MetadataChangedError("the table metadata changed since this transaction read it", **kw)
+    # WriteSerializable lets blind appends pass unless this transaction changes the metadata.
+    sees_appends = isolation == "Serializable" or changes_metadata or not win.blind_append
+    if win.data_adds and not read.is_blind() and sees_appends:
+        for add in win.data_adds:
+            if read.covers(add.get("partitionValues") or {}):
+                where = add.get("partitionValues") or "the table"
+                raise ConcurrentAppendError(f"files were added to {where} that this transaction read", **kw)
+    if win.removed_paths:
+        if read.whole_table and win.removed_paths:
+            raise ConcurrentDeleteReadError("a file this transaction read was removed", **kw)
+        if hit := sorted(win.removed_paths & read.files):
+            raise ConcurrentDeleteReadError(f"{hit[0]} was removed but this transaction read it", **kw)
+        if hit := sorted(win.removed_paths & removed):
+            raise ConcurrentDeleteDeleteError(f"{hit[0]} was removed by both transactions", **kw)
+    if hit := sorted(set(win.app_ids) & read.app_ids):
+        raise ConcurrentTransactionError(f"application id {hit[0]!r} committed concurrently", **kw)

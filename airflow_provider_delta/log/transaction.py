@@ -1,0 +1,329 @@
+"""Transactions: optimistic commits with put-if-absent, conflict checks, and exactly-once app ids.
+
+Spec: "Requirements for Writers", "Transaction Identifiers"; the commit protocol of the Delta paper
+(002): write ``N.json`` only if absent; on losing the race, read the winners, check for conflicts, and
+retry at the next version. Every commit carries a unique ``txnId`` in its commitInfo, so that a commit
+whose acknowledgement was lost (timeout, reset connection) is recognised instead of written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import __version__ as _core_version
+from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts
+from .errors import CommitFailedError, ConcurrentTransactionError, DeltaError
+from .properties import ict_enablement_version
+from .segment import commit_name, commit_version
+from .storage import put_if_absent
+from .writer_rules import validate_commit
+
+if TYPE_CHECKING:
+    from .snapshot import Snapshot
+    from .table import DeltaTable
+
+log = logging.getLogger(__name__)
+ENGINE_INFO = f"airflow-provider-delta/{_core_version}"
+DEFAULT_MAX_ATTEMPTS = 200
+_UNKNOWN_OUTCOME = (TimeoutError, ConnectionError, OSError)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """``version`` holds the data; ``already_committed`` when the app transaction was already there."""
+
+    version: int
+    already_committed: bool = False
+    attempts: int = 1
+    txn_id: str | None = None
+
+
+class Transaction:
+    """Collects actions against a read snapshot and commits them atomically as the next version.
+
+    :param table: the table to commit to.
+    :param snapshot: the snapshot this transaction read; ``None`` only when creating a table.
+    :param isolation: ``"WriteSerializable"`` (default, as Delta Spark) or ``"Serializable"``.
+    :param allow_unsafe_storage: commit on a backend without atomic create-if-absent (single writer only).
+    """
+
+    def __init__(
+        self,
+        table: DeltaTable,
+        snapshot: Snapshot | None,
+        *,
+        isolation: str = "WriteSerializable",
+        allow_unsafe_storage: bool = False,
+    ) -> None:
+        if isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
+        self.table = table
+        self.snapshot = snapshot
+        self.isolation = isolation
+        self.allow_unsafe_storage = allow_unsafe_storage
+        self.adds: list[AddFile] = []
+        self.removes: list[RemoveFile] = []
+        self.app_transaction: SetTransaction | None = None
+        self.metadata: Metadata | None = None
+        self.protocol: Protocol | None = None
+        self.domains: list[DomainMetadata] = []
+        self.read = ReadSet()
+        self.constraints_checked = False
+        self._committed = False
+
+    # -- building -----------------------------------------------------------------------------------------
+    def add_files(self, files: Iterable[AddFile], *, constraints_checked: bool = False) -> Transaction:
+        """Add files; ``constraints_checked=True`` states their rows satisfy the table's invariants,
+        CHECK constraints and generated columns (the core cannot evaluate SQL)."""
+        self.adds.extend(files)
+        self.constraints_checked = self.constraints_checked or constraints_checked
+        return self
+
+    def remove_files(self, files: Iterable[RemoveFile | AddFile], *, data_change: bool = True) -> Transaction:
+        """Remove files (an ``AddFile`` becomes its tombstone); removed files count as read."""
+        now = _now_ms()
+        for f in files:
+            r = f.remove(now, data_change=data_change) if isinstance(f, AddFile) else f
+            self.removes.append(r)
+            self.read.files.add(r.path)
+        return self
+
+    def set_app_transaction(self, app_id: str, version: int) -> Transaction:
+        """Record ``app_id`` at ``version`` atomically with this commit ("Transaction Identifiers")."""
+        self.app_transaction = SetTransaction(app_id, int(version), _now_ms())
+        self.read.app_ids.add(app_id)
+        return self
+
+    def update_metadata(self, metadata: Metadata) -> Transaction:
+        self.metadata = metadata
+        return self
+
+    def update_protocol(self, protocol: Protocol) -> Transaction:
+        self.protocol = protocol
+        return self
+
+    def set_domain_metadata(self, domain: str, configuration: str, *, removed: bool = False) -> Transaction:
+        self.domains.append(DomainMetadata(domain, configuration, removed))
+        return self
+
+    def read_whole_table(self) -> Transaction:
+        """Declare a read of all data (e.g. an overwrite): any concurrent data change then conflicts."""
+        self.read.whole_table = True
+        return self
+
+    def read_partitions(self, *partitions: Mapping[str, str | None]) -> Transaction:
+        """Declare reads restricted to partitions, given as serialised partition values."""
+        self.read.partitions.extend(dict(p) for p in partitions)
+        return self
+
+    # -- committing ---------------------------------------------------------------------------------------
+    def commit(
+        self,
+        operation: str = "WRITE",
+        operation_parameters: Mapping[str, Any] | None = None,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        user_metadata: str | None = None,
+    ) -> CommitResult:
+        """Commit as the next version; retry past concurrent commits that do not conflict."""
+        if self._committed:
+            raise DeltaError("this transaction was already committed; start a new one")
+        snap = self.snapshot
+        if snap is not None and (done := self._already_committed(snap.app_transactions, snap.version)):
+            return done
+        validate_commit(self)
+        txn_id = str(uuid.uuid4())
+        version = 0 if snap is None else snap.version + 1
+        previous_ict = _ict_of(snap)
+        attempts = 0
+        while True:
+            attempts += 1
+            ict = None
+            if self._ict_enabled():  # each in-commit timestamp must exceed the previous one
+                ict = _now_ms() if previous_ict is None else max(_now_ms(), previous_ict + 1)
+            data = self._serialise(operation, operation_parameters, txn_id, ict, user_metadata, version)
+            outcome = self._put(version, data, txn_id)
+            if outcome == "ours":
+                self._committed = True
+                log.info("committed version %d of %s (%s)", version, self.table.uri, operation)
+                return CommitResult(version, False, attempts, txn_id)
+            if snap is None:
+                from .errors import InvalidCommitError
+
+                raise InvalidCommitError(f"a table already exists at {self.table.uri} (version 0 is taken)")
+            done, latest, previous_ict = self._resolve_conflicts(version, txn_id, previous_ict)
+            if done is not None:
+                self._committed = True
+                return CommitResult(done.version, done.already_committed, attempts, txn_id)
+            if attempts >= max_attempts:
+                raise CommitFailedError(
+                    f"gave up committing to {self.table.uri} after {attempts} attempts; the table is at "
+                    f"version {latest} and holds nothing of this transaction"
+                )
+            version = latest + 1
+            # Jittered backoff grows with contention; the first retry is immediate.
+            time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempts, 8))) if attempts > 1 else 0)
+
+    def _already_committed(self, app_versions: Mapping[str, int], at_version: int) -> CommitResult | None:
+        txn = self.app_transaction
+        if txn is None or app_versions.get(txn.app_id, -1) < txn.version:
+            return None
+        holder = self.table.locate_app_transaction(txn.app_id, at_version)
+        log.info(
+            "app transaction %s version %d is already in %s (version %d): nothing to commit",
+            txn.app_id,
+            txn.version,
+            self.table.uri,
+            holder,
+        )
+        self._committed = True
+        return CommitResult(holder, already_committed=True, attempts=0)
+
+    def _put(self, version: int, data: bytes, txn_id: str) -> str:
+        """``"ours"`` when the commit landed (also if only its acknowledgement was lost), else ``"taken"``."""
+        store = self.table.store
+        for _ in range(5):
+            try:
+                put_if_absent(store, commit_name(version), data, allow_unsafe=self.allow_unsafe_storage)
+                return "ours"
+            except FileExistsError:
+                pass
+            except _UNKNOWN_OUTCOME as exc:
+                log.warning("outcome of writing commit %d is unknown (%s); checking the log", version, exc)
+            try:
+                existing = store.read_log_file(commit_name(version))
+            except FileNotFoundError:
+                continue  # the put did not happen: try it again
+            return "ours" if _txn_id_of(existing) == txn_id else "taken"
+        raise CommitFailedError(f"could not write commit {version} of {self.table.uri}: storage kept failing")
+
+    def _resolve_conflicts(
+        self, version: int, txn_id: str, previous_ict: int | None
+    ) -> tuple[CommitResult | None, int, int | None]:
+        """Read the commits that won from ``version`` on and decide: done, conflict (raise), or retry."""
+        store = self.table.store
+        winners = [f for f in store.list_log(version) if commit_version(f.name) is not None]
+        latest = version - 1
+        for f, data in zip(winners, store.read_log_files(f.name for f in winners), strict=True):
+            v = commit_version(f.name)
+            assert v is not None
+            if v != latest + 1:
+                break
+            win = WinningCommit.parse(v, data, path=store.log_file(f.name))
+            if win.txn_id == txn_id:  # our own commit, whose acknowledgement was lost earlier
+                return CommitResult(v), v, previous_ict
+            txn = self.app_transaction
+            if txn is not None and txn.app_id in win.app_ids:
+                if win.app_ids[txn.app_id] >= txn.version:
+                    return CommitResult(v, already_committed=True), v, previous_ict
+                raise ConcurrentTransactionError(
+                    f"application id {txn.app_id!r} moved to {win.app_ids[txn.app_id]} concurrently",
+                    winning_version=v,
+                    winning_operation=win.operation,
+                )
+            check_conflicts(
+                win,
+                self.read,
+                {r.path for r in self.removes},
+                isolation=self.isolation,
+                changes_metadata=self.metadata is not None,
+            )
+            previous_ict = _ict_from_commit(data) or previous_ict
+            latest = v
+        return None, latest, previous_ict
+
+    # -- serialisation ------------------------------------------------------------------------------------
+    def _ict_enabled(self) -> bool:
+        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
+        return md is not None and ict_enablement_version(md.configuration) is not None
+
+    def _serialise(
+        self,
+        operation: str,
+        params: Mapping[str, Any] | None,
+        txn_id: str,
+        ict: int | None,
+        user_metadata: str | None,
+        version: int,
+    ) -> bytes:
+        info: dict[str, Any] = {}
+        if ict is not None:
+            info["inCommitTimestamp"] = (
+                ict  # commitInfo must come first and carry it ("In-Commit Timestamps")
+            )
+        info["timestamp"] = _now_ms()
+        info["operation"] = operation
+        info["operationParameters"] = {k: _param(v) for k, v in (params or {}).items()}
+        if self.snapshot is not None:
+            info["readVersion"] = self.snapshot.version
+        info["isolationLevel"] = self.isolation
+        info["isBlindAppend"] = self._is_blind_append()
+        if user_metadata is not None:
+            info["userMetadata"] = user_metadata
+        info["engineInfo"] = ENGINE_INFO
+        info["txnId"] = txn_id
+        lines = [{"commitInfo": info}]
+        if self.protocol is not None:
+            lines.append({"protocol": self.protocol.to_json()})
+        if self.metadata is not None:
+            lines.append({"metaData": self.metadata.to_json()})
+        if self.app_transaction is not None:
+            lines.append({"txn": self.app_transaction.to_json()})
+        lines.extend({"domainMetadata": d.to_json()} for d in self.domains)
+        out = [json.dumps(x, separators=(",", ":")) for x in lines]
+        out.extend(json.dumps({"add": a.to_json()}, separators=(",", ":")) for a in self.adds)
+        out.extend(json.dumps({"remove": r.to_json()}, separators=(",", ":")) for r in self.removes)
+        return ("\n".join(out) + "\n").encode("utf-8")
+
+    def _is_blind_append(self) -> bool:
+        return (
+            bool(self.adds)
+            and not self.removes
+            and self.read.is_blind()
+            and all(a.data_change for a in self.adds)
+        )
+
+
+def _param(value: Any) -> str:
+    # Delta Spark writes operationParameters as strings (JSON for non-strings).
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _txn_id_of(data: bytes) -> str | None:
+    first = data.split(b"\n", 1)[0]
+    try:
+        info = json.loads(first).get("commitInfo") or {}
+    except (ValueError, AttributeError):
+        return None
+    return info.get("txnId")
+
+
+def _ict_from_commit(data: bytes) -> int | None:
+    try:
+        info = json.loads(data.split(b"\n", 1)[0]).get("commitInfo") or {}
+    except (ValueError, AttributeError):
+        return None
+    value = info.get("inCommitTimestamp")
+    return None if value is None else int(value)
+
+
+def _ict_of(snapshot: Snapshot | None) -> int | None:
+    """The previous commit's in-commit timestamp when the table enables them (each must exceed it)."""
+    if snapshot is None:
+        return None
+    enabled_from = ict_enablement_version(snapshot.metadata.configuration)
+    if enabled_from is None:
+        return None
+    return snapshot.timestamp

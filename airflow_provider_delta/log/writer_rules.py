@@ -1,0 +1,121 @@
+"""Rules every commit must follow before it is written ("Requirements for Writers").
+
+Checked once, before the first attempt: a commit that breaks one is refused with
+:class:`InvalidCommitError` (or :class:`UnsupportedFeatureError`) and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from .errors import InvalidCommitError
+from .properties import APPEND_ONLY, bool_property
+from .protocol import check_write_supported
+
+if TYPE_CHECKING:
+    from .transaction import Transaction
+
+
+def _uses(schema: dict, key: str) -> bool:
+    """Whether any field, at any depth, carries metadata ``key`` (invariants, generation, identity)."""
+    text = json.dumps(schema)
+    return f'"{key}' in text
+
+
+def validate_commit(txn: Transaction) -> None:
+    snap = txn.snapshot
+    metadata = txn.metadata or (snap.metadata if snap else None)
+    protocol = txn.protocol or (snap.protocol if snap else None)
+    where = f"table {txn.table.uri}"
+    if metadata is None or protocol is None:
+        raise InvalidCommitError(f"the first commit of {where} must set both protocol and metaData")
+    schema = metadata.schema
+    check_write_supported(protocol, uses_identity=_uses(schema, "delta.identity."), where=where)
+    if snap is not None and txn.protocol is not None:
+        old = snap.protocol
+        if (txn.protocol.min_reader_version, txn.protocol.min_writer_version) < (
+            old.min_reader_version,
+            old.min_writer_version,
+        ):
+            raise InvalidCommitError(
+                f"{where}: a commit may not downgrade the protocol from {old} to {txn.protocol}"
+            )
+    _check_unique_paths(txn, where)
+    _check_append_only(txn, metadata.configuration, where)
+    _check_partitions(txn, metadata.partition_columns, where)
+    _check_constraints(txn, schema, metadata.configuration, where)
+
+
+def _check_unique_paths(txn: Transaction, where: str) -> None:
+    # "A single log entry MUST NOT include more than one action that reconciles with each other."
+    seen: set[tuple[str, str | None]] = set()
+    for action in (*txn.adds, *txn.removes):
+        dv = action.deletion_vector
+        key = (
+            action.path,
+            None if not dv else f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}@{dv.get('offset')}",
+        )
+        if key in seen and not _is_dv_update(txn, action.path):
+            raise InvalidCommitError(
+                f"{where}: {action.path} appears in more than one file action of this commit"
+            )
+        seen.add(key)
+    apps = [txn.app_transaction] if txn.app_transaction else []
+    if len({a.app_id for a in apps}) != len(apps):
+        raise InvalidCommitError(f"{where}: an application id is set twice in one commit")
+    domains = [d.domain for d in txn.domains]
+    if len(set(domains)) != len(domains):
+        raise InvalidCommitError(f"{where}: a domain is set twice in one commit")
+
+
+def _is_dv_update(txn: Transaction, path: str) -> bool:
+    """remove(path, old DV) + add(path, new DV) is how a deletion vector is replaced: allowed."""
+    return (
+        any(a.path == path for a in txn.adds)
+        and any(r.path == path for r in txn.removes)
+        and any(a.path == path and a.deletion_vector for a in txn.adds)
+    )
+
+
+def _check_append_only(txn: Transaction, configuration: dict[str, str], where: str) -> None:
+    if bool_property(configuration, APPEND_ONLY) and any(r.data_change for r in txn.removes):
+        raise InvalidCommitError(
+            f"{where} is append-only (delta.appendOnly=true): this commit removes data; only rearranging "
+            "files with dataChange=false is allowed"
+        )
+
+
+def _check_partitions(txn: Transaction, partition_columns: tuple[str, ...], where: str) -> None:
+    # "Values for all partition columns present in the schema MUST be present for all files."
+    expected = set(partition_columns)
+    if txn.metadata is not None and txn.snapshot is not None:
+        expected = set(txn.metadata.partition_columns)
+    for add in txn.adds:
+        got = set(add.partition_values)
+        if got != expected:
+            missing, extra = sorted(expected - got), sorted(got - expected)
+            detail = "; ".join(
+                x for x in (missing and f"missing {missing}", extra and f"unexpected {extra}") if x
+            )
+            raise InvalidCommitError(
+                f"{where}: partition values of {add.path} do not match the table's ({detail})"
+            )
+
+
+def _check_constraints(txn: Transaction, schema: dict, configuration: dict[str, str], where: str) -> None:
+    if not txn.adds or txn.constraints_checked or not any(a.data_change for a in txn.adds):
+        return
+    needs = []
+    if _uses(schema, "delta.invariants"):
+        needs.append("column invariants")
+    if any(k.startswith("delta.constraints.") for k in configuration):
+        needs.append("CHECK constraints")
+    if _uses(schema, "delta.generationExpression"):
+        needs.append("generated columns")
+    if needs:
+        raise InvalidCommitError(
+            f"{where} has {', '.join(needs)}, which the core cannot evaluate; write through the Spark "
+            "writer, "
+            "or pass constraints_checked=True to add_files() if the rows were checked"
+        )
