@@ -18,22 +18,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import schema as schema_module
+from airflow_provider_delta.log import stats as schema_module
+from airflow_provider_delta.log.partition_values import (
+    parse_partition_value,
+    parse_partition_values,
+    serialize_partition_value,
+)
 from airflow_provider_delta.log.schema import (
     arrow_schema_to_delta,
     arrow_type_to_delta,
     column_mapping_mode,
     delta_schema_to_arrow,
     delta_type_to_arrow,
-    parse_partition_value,
-    parse_partition_values,
     parse_schema_string,
-    parse_stats,
     physical_name,
     physical_partition_names,
-    serialize_partition_value,
-    stats_schema,
 )
+from airflow_provider_delta.log.stats import parse_stats, stats_schema
 
 GOLDEN = Path("/work/shared/golden/delta-golden")
 SPEC = Path("/work/shared/protocol/003_51b5c166d670ae37.txt")
