@@ -77,6 +77,38 @@ class Snapshot:
         """Decoded paths of live files, relative to the table root unless absolute in the log."""
         return self.files.column("path").to_pylist()
 
+    def partition_values(self) -> pa.Table:
+        """Typed partition values of ``files``, row-aligned, one column per partition column (logical
+        names; values are looked up by physical name under column mapping)."""
+        from .partition_values import parse_partition_values
+        from .schema import column_mapping_mode, physical_partition_names
+
+        schema = self.metadata.schema
+        mode = column_mapping_mode(self.metadata.configuration)
+        physical = physical_partition_names(schema, self.partition_columns, mode)
+        types = {f["name"]: f["type"] for f in schema["fields"]}
+        raw = self.files.column("partitionValues")
+        columns = {}
+        for logical in self.partition_columns:
+            strings = pc.map_lookup(raw, physical[logical], "first")
+            columns[logical] = parse_partition_values(strings, types[logical])
+        return pa.table(columns) if columns else pa.table({}).slice(0, 0)
+
+    def file_stats(self) -> pa.StructArray:
+        """Per-file statistics of ``files`` parsed into typed structs ("Per-file Statistics")."""
+        from .schema import column_mapping_mode
+        from .stats import parse_stats, stats_schema
+
+        cfg = self.metadata.configuration
+        wanted = stats_schema(
+            self.metadata.schema,
+            mode=column_mapping_mode(cfg),
+            partition_columns=self.partition_columns,
+            num_indexed_cols=int(cfg.get("delta.dataSkippingNumIndexedCols", 32)),
+            stats_columns=cfg.get("delta.dataSkippingStatsColumns"),
+        )
+        return parse_stats(self.files.column("stats").combine_chunks(), wanted)
+
     def __repr__(self) -> str:
         return f"Snapshot(uri={self.store.uri!r}, version={self.version}, files={self.num_files})"
 

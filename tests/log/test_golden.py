@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import urllib.parse
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from golden import (
@@ -316,3 +318,20 @@ def test_history_agrees_with_deltalake(table: GoldenTable) -> None:
         # With a gap in the log, deltalake numbers its entries by counting down from the latest version
         # (errlogs-table_g: commits 0..13 and 9999 come back as 9999..9985), so versions only compare without.
         assert [h.version for h in with_info] == [h["version"] for h in theirs]
+
+
+@over(TABLES)
+def test_typed_partition_values_agree_with_deltalake(table: GoldenTable) -> None:
+    ours, dl = ours_latest(table.id), deltalake_latest(table.id)
+    if not (ours.ok and dl.ok) or not ours.value.partition_columns:
+        return  # the latest-snapshot test decides these tables; nothing typed to compare here
+    adds = pa.table(dl.value.get_add_actions(flatten=False))
+    theirs = {
+        urllib.parse.unquote(p): dict(v)
+        for p, v in zip(adds.column("path").to_pylist(), adds.column("partition").to_pylist(), strict=True)
+    }
+    typed = ours.value.partition_values().to_pylist()
+    mine = dict(zip(ours.value.file_paths(), typed, strict=True))
+    assert mine.keys() == theirs.keys()
+    for path, values in mine.items():
+        assert values == theirs[path], path
