@@ -110,3 +110,19 @@ def encode_uri_path(path: str) -> str:
         else:
             out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
     return "".join(out)
+
+
+def encode_uri_paths(paths: pa.Array) -> pa.Array:
+    """``encode_uri_path`` over an Arrow array; only rows with a character to escape go through Python."""
+    if isinstance(paths, pa.ChunkedArray):
+        paths = paths.combine_chunks()
+    needs = pc.fill_null(
+        pc.match_substring_regex(paths, r"[^A-Za-z0-9_\-!.~'()*,;:$&+=/@\x{80}-\x{10FFFF}]"), False
+    )
+    if not pc.any(needs).as_py():
+        return paths
+    positions = np.flatnonzero(needs.to_numpy(zero_copy_only=False))
+    encoded = [encode_uri_path(p) for p in paths.take(pa.array(positions)).to_pylist()]
+    out = paths.to_numpy(zero_copy_only=False).copy()
+    out[positions] = encoded
+    return pa.array(out, pa.string())

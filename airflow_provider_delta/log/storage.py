@@ -162,6 +162,22 @@ class LogStore:
             )
         return _threaded(self.read_log_file, names)
 
+    def write_replace(self, path: str, data: bytes) -> None:
+        """Write a whole file that may be replaced (checkpoints, ``_last_checkpoint``), never partially
+        visible: local disk writes a temporary file and renames it; object stores put in one request."""
+        if self.protocol in ("file", "local"):
+            os.makedirs(posixpath.dirname(path), exist_ok=True)
+            tmp = posixpath.join(
+                posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp"
+            )
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            return
+        self.fs.pipe_file(path, data)
+
     def exists(self, path: str) -> bool:
         return self.fs.exists(path)
 

@@ -19,6 +19,7 @@ from .storage import LogStore
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .last_checkpoint import LastCheckpoint
     from .transaction import Transaction
 
 
@@ -139,6 +140,13 @@ class DeltaTable:
         return Transaction(
             self, self.snapshot(), isolation=isolation, allow_unsafe_storage=allow_unsafe_storage
         )
+
+    # -- maintenance ------------------------------------------------------------------------------------
+    def checkpoint(self, version: int | None = None, parts: int | None = None) -> LastCheckpoint:
+        """Write a checkpoint of ``version`` (latest by default); see ``checkpoint.write_checkpoint``."""
+        from .checkpoint import write_checkpoint
+
+        return write_checkpoint(self, version, parts)
 
     def locate_app_transaction(self, app_id: str, at_version: int) -> int:
         """The version whose commit recorded the current ``txn`` of ``app_id`` (scanning back from

@@ -21,7 +21,7 @@ from . import __version__ as _core_version
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts
 from .errors import CommitFailedError, ConcurrentTransactionError, DeltaError
-from .properties import ict_enablement_version
+from .properties import CHECKPOINT_INTERVAL, ict_enablement_version
 from .segment import commit_name, commit_version
 from .storage import put_if_absent
 from .writer_rules import validate_commit
@@ -132,8 +132,14 @@ class Transaction:
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         user_metadata: str | None = None,
+        auto_checkpoint: bool = True,
     ) -> CommitResult:
-        """Commit as the next version; retry past concurrent commits that do not conflict."""
+        """Commit as the next version; retry past concurrent commits that do not conflict.
+
+        With ``auto_checkpoint``, a commit whose version is a multiple of ``delta.checkpointInterval``
+        (default 10) is followed by a checkpoint, as Delta Spark does; a failure there is logged, never
+        raised, since the commit itself has landed.
+        """
         if self._committed:
             raise DeltaError("this transaction was already committed; start a new one")
         snap = self.snapshot
@@ -154,6 +160,8 @@ class Transaction:
             if outcome == "ours":
                 self._committed = True
                 log.info("committed version %d of %s (%s)", version, self.table.uri, operation)
+                if auto_checkpoint:
+                    self._maybe_checkpoint(version)
                 return CommitResult(version, False, attempts, txn_id)
             if snap is None:
                 from .errors import InvalidCommitError
@@ -171,6 +179,18 @@ class Transaction:
             version = latest + 1
             # Jittered backoff grows with contention; the first retry is immediate.
             time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempts, 8))) if attempts > 1 else 0)
+
+    def _maybe_checkpoint(self, version: int) -> None:
+        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
+        interval = int((md.configuration if md else {}).get(CHECKPOINT_INTERVAL, "10"))
+        if version == 0 or interval <= 0 or version % interval:
+            return
+        try:
+            self.table.checkpoint(version)
+        except Exception:  # the commit stands; a missing checkpoint only costs readers time
+            log.warning(
+                "automatic checkpoint of %s at version %d failed", self.table.uri, version, exc_info=True
+            )
 
     def _already_committed(self, app_versions: Mapping[str, int], at_version: int) -> CommitResult | None:
         txn = self.app_transaction

@@ -1,0 +1,274 @@
+"""Writing checkpoints: the reconciled state of a version as Parquet, then ``_last_checkpoint``.
+
+Spec: "Checkpoints", "Checkpoint Format", "Checkpoint Schema", "Last Checkpoint File", and V2 checkpoints
+(``v2Checkpoint``: a UUID-named top-level file with ``checkpointMetadata`` and ``sidecar`` actions whose
+sidecar files hold the file actions). Built column-wise from the snapshot's Arrow tables: each action
+column is one struct array, null on the rows of other actions; no Python loop per file.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import uuid
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
+from .arrow_utils import encode_uri_paths
+from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
+from .properties import bool_property
+
+if TYPE_CHECKING:
+    from .snapshot import Snapshot
+    from .table import DeltaTable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PART_SIZE = 2_000_000  # actions per part before a checkpoint is split (delta.checkpoint.partSize)
+
+PROTOCOL_T = pa.struct(
+    [
+        ("minReaderVersion", pa.int32()),
+        ("minWriterVersion", pa.int32()),
+        ("readerFeatures", pa.list_(pa.string())),
+        ("writerFeatures", pa.list_(pa.string())),
+    ]
+)
+METADATA_T = pa.struct(
+    [
+        ("id", pa.string()),
+        ("name", pa.string()),
+        ("description", pa.string()),
+        ("format", pa.struct([("provider", pa.string()), ("options", STRING_MAP)])),
+        ("schemaString", pa.string()),
+        ("partitionColumns", pa.list_(pa.string())),
+        ("configuration", STRING_MAP),
+        ("createdTime", pa.int64()),
+    ]
+)
+TXN_T = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
+DOMAIN_T = pa.struct([("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())])
+CHECKPOINT_METADATA_T = pa.struct([("version", pa.int64()), ("tags", STRING_MAP)])
+SIDECAR_T = pa.struct(
+    [
+        ("path", pa.string()),
+        ("sizeInBytes", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("tags", STRING_MAP),
+    ]
+)
+_REMOVE_FIELDS = [f for f in REMOVE if f.name != "stats"]  # tombstones carry no stats in checkpoints
+
+
+def _column(values: pa.Array, before: int, after: int) -> pa.ChunkedArray:
+    """``values`` placed on its rows of the checkpoint, null on the others."""
+    parts = [pa.nulls(before, values.type), values, pa.nulls(after, values.type)]
+    return pa.chunked_array([p for p in parts if len(p)], type=values.type)
+
+
+def _small_actions(snap: Snapshot) -> dict[str, pa.Array]:
+    md = snap.metadata
+    p = snap.protocol
+    protocol = pa.array([p.to_json()], PROTOCOL_T)
+    meta = {
+        **md.to_json(),
+        "format": {"provider": md.format.provider, "options": list(md.format.options.items())},
+        "configuration": list(md.configuration.items()),
+    }
+    txns = [t.to_json() for t in snap.app_transaction_actions.values()]
+    domains = [d.to_json() for d in snap.domain_metadata.values()]
+    return {
+        "protocol": protocol,
+        "metaData": pa.array([meta], METADATA_T),
+        "txn": pa.array(txns, TXN_T),
+        "domainMetadata": pa.array(domains, DOMAIN_T),
+    }
+
+
+def _file_struct(table: pa.Table, fields: list[pa.Field], extra: dict[str, pa.Array]) -> pa.StructArray:
+    arrays = []
+    names = []
+    for f in fields:
+        col = (
+            table.column(f.name).combine_chunks()
+            if f.name in table.column_names
+            else pa.nulls(len(table), f.type)
+        )
+        if f.name == "path":
+            col = encode_uri_paths(col)  # the log stores URIs ("Add File and Remove File")
+        if f.name == "deletionVector":
+            col = col.cast(DELETION_VECTOR)
+        arrays.append(col)
+        names.append(f.name)
+    for name, arr in extra.items():
+        arrays.append(arr)
+        names.append(name)
+    return pa.StructArray.from_arrays(arrays, names=names)
+
+
+def _add_struct(snap: Snapshot, files: pa.Table) -> pa.StructArray:
+    cfg = snap.metadata.configuration
+    as_json = bool_property(cfg, "delta.checkpoint.writeStatsAsJson", True)
+    as_struct = bool_property(cfg, "delta.checkpoint.writeStatsAsStruct", False)
+    fields = [f for f in ADD if as_json or f.name != "stats"]
+    extra: dict[str, pa.Array] = {}
+    if as_struct:
+        # Typed copies of partition values and stats, keyed by physical names ("Checkpoint Format").
+        from .schema import column_mapping_mode, physical_partition_names
+
+        if snap.partition_columns:
+            typed = snap.partition_values()
+            physical = physical_partition_names(
+                snap.metadata.schema, snap.partition_columns, column_mapping_mode(cfg)
+            )
+            extra["partitionValues_parsed"] = pa.StructArray.from_arrays(
+                [typed.column(c).combine_chunks() for c in snap.partition_columns],
+                names=[physical[c] for c in snap.partition_columns],
+            )
+        extra["stats_parsed"] = snap.file_stats()
+    return _file_struct(files, fields, extra)
+
+
+def checkpoint_table(
+    snap: Snapshot, *, files: pa.Table | None = None, tombstones: pa.Table | None = None
+) -> pa.Table:
+    """Every action of the snapshot as one checkpoint table ("Checkpoint Schema")."""
+    files = snap.files if files is None else files
+    tombstones = snap.tombstones if tombstones is None else tombstones
+    small = _small_actions(snap)
+    adds = _add_struct(snap, files)
+    removes = _file_struct(tombstones, _REMOVE_FIELDS, {})
+    counts = {
+        "protocol": 1,
+        "metaData": 1,
+        "txn": len(small["txn"]),
+        "domainMetadata": len(small["domainMetadata"]),
+        "add": len(adds),
+        "remove": len(removes),
+    }
+    values = {**small, "add": adds, "remove": removes}
+    total = sum(counts.values())
+    columns = {}
+    offset = 0
+    for name in ("protocol", "metaData", "txn", "domainMetadata", "add", "remove"):
+        n = counts[name]
+        columns[name] = _column(values[name], offset, total - offset - n)
+        offset += n
+    order = ("txn", "add", "remove", "metaData", "protocol", "domainMetadata")  # Delta Spark's column order
+    return pa.table({name: columns[name] for name in order})
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="snappy")
+    return sink.getvalue()
+
+
+def write_checkpoint(
+    table: DeltaTable, version: int | None = None, parts: int | None = None, *, part_size: int | None = None
+) -> LastCheckpoint:
+    """Write a checkpoint of ``version`` (latest by default), then point ``_last_checkpoint`` at it.
+
+    Classic single file by default; multi-part when ``parts`` > 1 or when the actions exceed
+    ``delta.checkpoint.partSize``; V2 (UUID-named, file actions in sidecars) when the table's
+    ``delta.checkpointPolicy`` is ``v2``. The checkpoint only ever follows its commit: the snapshot is
+    built from the commit first.
+    """
+    snap = table.snapshot(version)
+    store = table.store
+    cfg = snap.metadata.configuration
+    size_limit = part_size or int(cfg.get("delta.checkpoint.partSize", DEFAULT_PART_SIZE))
+    v2 = cfg.get("delta.checkpointPolicy", "classic").lower() == "v2"
+    if v2:
+        return _write_v2(table, snap, parts or 1)
+    whole = checkpoint_table(snap)
+    n_parts = parts or max(1, math.ceil(whole.num_rows / size_limit))
+    if n_parts > 1:
+        whole = _clustered(whole)
+    written = 0
+    rows_per = math.ceil(whole.num_rows / n_parts)
+    for i in range(n_parts):
+        chunk = whole.slice(i * rows_per, rows_per)
+        name = (
+            f"{snap.version:020d}.checkpoint.parquet"
+            if n_parts == 1
+            else f"{snap.version:020d}.checkpoint.{i + 1:010d}.{n_parts:010d}.parquet"
+        )
+        data = _parquet_bytes(chunk)
+        store.write_replace(store.log_file(name), data)
+        written += len(data)
+    pointer = LastCheckpoint(
+        version=snap.version,
+        size=whole.num_rows,
+        parts=n_parts if n_parts > 1 else None,
+        size_in_bytes=written,
+        num_of_add_files=snap.files.num_rows,
+    )
+    _point_to(table, pointer)
+    log.info("wrote %d-part checkpoint of %s at version %d", n_parts, table.uri, snap.version)
+    return pointer
+
+
+def _clustered(table: pa.Table) -> pa.Table:
+    """Sort file actions by path so each part's content is deterministic across attempts ("Checkpoints")."""
+    key = pc.coalesce(
+        pc.struct_field(table.column("add"), "path"), pc.struct_field(table.column("remove"), "path"), ""
+    )
+    return table.take(pc.sort_indices(key))
+
+
+def _write_v2(table: DeltaTable, snap: Snapshot, n_sidecars: int) -> LastCheckpoint:
+    store = table.store
+    whole = checkpoint_table(snap)
+    is_file = pc.or_(whole.column("add").is_valid(), whole.column("remove").is_valid())
+    file_rows = _clustered(whole.filter(is_file)).select(["add", "remove"])
+    other = whole.filter(pc.invert(is_file))
+    sidecars = []
+    rows_per = max(1, math.ceil(file_rows.num_rows / n_sidecars))
+    for i in range(n_sidecars if file_rows.num_rows else 0):
+        data = _parquet_bytes(file_rows.slice(i * rows_per, rows_per))
+        name = f"{uuid.uuid4()}.parquet"
+        path = store.log_file(f"_sidecars/{name}")
+        store.write_replace(path, data)
+        sidecars.append(
+            {"path": name, "sizeInBytes": len(data), "modificationTime": store.info(path).modification_time}
+        )
+    n_other = other.num_rows
+    top = other.append_column("checkpointMetadata", pa.nulls(n_other, CHECKPOINT_METADATA_T)).append_column(
+        "sidecar", pa.nulls(n_other, SIDECAR_T)
+    )
+    extra = pa.table(
+        {name: pa.nulls(1 + len(sidecars), top.schema.field(name).type) for name in top.column_names}
+    )
+    meta_col = pa.array(
+        [{"version": snap.version, "tags": []}] + [None] * len(sidecars), CHECKPOINT_METADATA_T
+    )
+    side_col = pa.array([None] + [{**s, "tags": []} for s in sidecars], SIDECAR_T)
+    extra = extra.set_column(extra.column_names.index("checkpointMetadata"), "checkpointMetadata", meta_col)
+    extra = extra.set_column(extra.column_names.index("sidecar"), "sidecar", side_col)
+    final = pa.concat_tables([top, extra])
+    data = _parquet_bytes(final)
+    store.write_replace(store.log_file(f"{snap.version:020d}.checkpoint.{uuid.uuid4()}.parquet"), data)
+    pointer = LastCheckpoint(
+        version=snap.version,
+        size=final.num_rows + file_rows.num_rows,
+        size_in_bytes=len(data) + sum(s["sizeInBytes"] for s in sidecars),
+        num_of_add_files=snap.files.num_rows,
+    )
+    _point_to(table, pointer)
+    return pointer
+
+
+def _point_to(table: DeltaTable, pointer: LastCheckpoint) -> None:
+    """Move ``_last_checkpoint`` forward only: a slower writer must not point readers back in time."""
+    from .segment import read_last_checkpoint
+
+    current = read_last_checkpoint(table.store)
+    if current is not None and current.version > pointer.version:
+        return
+    table.store.write_replace(table.store.log_file(LAST_CHECKPOINT), pointer.to_json().encode())
