@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from .last_checkpoint import LastCheckpoint
     from .transaction import Transaction
+    from .vacuum import VacuumReport
 
 
 def _timestamp_ms(value: int | float | str | datetime) -> int:
@@ -147,6 +148,24 @@ class DeltaTable:
         from .checkpoint import write_checkpoint
 
         return write_checkpoint(self, version, parts)
+
+    def vacuum(
+        self,
+        retention_hours: float | None = None,
+        dry_run: bool = True,
+        enforce_retention_duration: bool = True,
+        **options: Any,
+    ) -> VacuumReport:
+        """Delete unreferenced data files older than the retention, as Delta Spark's VACUUM."""
+        from .vacuum import vacuum
+
+        return vacuum(self, retention_hours, dry_run, enforce_retention_duration, **options)
+
+    def cleanup_expired_logs(self, **options: Any) -> list[str]:
+        """Delete log files older than ``delta.logRetentionDuration`` that no retained version needs."""
+        from .cleanup import cleanup_expired_logs
+
+        return cleanup_expired_logs(self, **options)
 
     def locate_app_transaction(self, app_id: str, at_version: int) -> int:
         """The version whose commit recorded the current ``txn`` of ``app_id`` (scanning back from
