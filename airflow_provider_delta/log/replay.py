@@ -251,25 +251,37 @@ def _struct_to_table(arr: pa.StructArray) -> pa.Table:
 
 
 # -- checkpoints ----------------------------------------------------------------------------------------
-def _read_parquet(store: LogStore, path: str, wanted: tuple[str, ...]) -> pa.Table:
+_CHECKPOINT_COLUMNS = ("add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar")
+_BATCH_ROWS = 65_536
+
+
+def _read_parquet(
+    acc: _Actions, store: LogStore, path: str, wanted: tuple[str, ...], version: int, touched: pa.Array | None
+) -> None:
+    """Stream one checkpoint Parquet file into ``acc``, batch by batch.
+
+    Files that a later commit touches are dropped per batch, so the whole checkpoint is never held twice:
+    a checkpoint of millions of files costs about one copy of its live file list.
+    """
     try:
         if store.protocol in ("file", "local"):
             pf = pq.ParquetFile(path)
         else:
             pf = pq.ParquetFile(store.open_input_file(path))
         present = [c for c in wanted if c in pf.schema_arrow.names]
-        return pf.read(columns=present)
-    except (OSError, pa.ArrowException, ValueError) as exc:
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=present):
+            _apply_checkpoint_batch(acc, batch, version, touched)
+    except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
         raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
 
 
-_CHECKPOINT_COLUMNS = ("add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar")
-
-
-def _apply_checkpoint_table(acc: _Actions, table: pa.Table, version: int) -> None:
+def _apply_checkpoint_batch(
+    acc: _Actions, batch: pa.RecordBatch, version: int, touched: pa.Array | None
+) -> None:
+    names = batch.schema.names
     for name in ("protocol", "metaData", "txn", "domainMetadata", "sidecar"):
-        if name in table.column_names:
-            col = table.column(name)
+        if name in names:
+            col = batch.column(name)
             if col.null_count < len(col):
                 for body in col.filter(col.is_valid()).to_pylist(maps_as_pydicts="lossy"):
                     try:
@@ -277,26 +289,23 @@ def _apply_checkpoint_table(acc: _Actions, table: pa.Table, version: int) -> Non
                     except (KeyError, TypeError, ValueError) as exc:
                         raise CheckpointReadError(f"checkpoint {name} action is invalid: {exc}") from exc
     for name, target, bucket in (("add", ADD, acc.adds), ("remove", REMOVE, acc.removes)):
-        if name not in table.column_names:
+        if name not in names:
             continue
-        col = table.column(name)
-        col = col.filter(col.is_valid())
-        if len(col) == 0:
+        col = batch.column(name)
+        if col.null_count == len(col):
             continue
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
-        arr = _conform_checkpoint_struct(col, target)
-        bucket.append(
-            _struct_to_table(arr).append_column("_version", pa.nulls(len(arr), pa.int64()).fill_null(version))
-        )
+        # conform() also reshapes what legacy writers stored (maps as structs, missing fields).
+        table = _struct_to_table(conform(col.filter(col.is_valid()), target))
+        if touched is not None:
+            table = _drop_keys(table, touched)
+        if table.num_rows:
+            bucket.append(table)
 
 
-def _conform_checkpoint_struct(col: pa.StructArray, target: pa.StructType) -> pa.StructArray:
-    # Legacy writers stored maps as struct or list<struct<key,value>>; conform() handles struct and map.
-    return conform(col, target)
-
-
-def read_checkpoint(acc: _Actions, store: LogStore, segment: LogSegment) -> None:
+def read_checkpoint(
+    acc: _Actions, store: LogStore, segment: LogSegment, touched: pa.Array | None = None
+) -> None:
+    """Read the segment's checkpoint into ``acc``, leaving out files whose keys are in ``touched``."""
     cp = segment.checkpoint
     if cp is None:
         return
@@ -311,12 +320,15 @@ def read_checkpoint(acc: _Actions, store: LogStore, segment: LogSegment) -> None
                 parse_json_actions(acc, [(cp.version, path, data)])
             except CorruptLogError as exc:
                 raise CheckpointReadError(str(exc)) from exc
+            keep = (lambda t: t) if touched is None else (lambda t: _drop_keys(t, touched))
+            acc.adds = [keep(t.drop_columns(["_version"])) for t in acc.adds]
+            acc.removes = [keep(t.drop_columns(["_version"])) for t in acc.removes]
         else:
-            _apply_checkpoint_table(acc, _read_parquet(store, path, _CHECKPOINT_COLUMNS), cp.version)
+            _read_parquet(acc, store, path, _CHECKPOINT_COLUMNS, cp.version, touched)
     # V2 checkpoints keep their file actions in sidecar files ("V2 Checkpoint", "Sidecar Files").
     for rel in acc.sidecars:
         path = store.log_file(posixpath.join("_sidecars", rel)) if "/" not in rel else _resolve(store, rel)
-        _apply_checkpoint_table(acc, _read_parquet(store, path, ("add", "remove")), cp.version)
+        _read_parquet(acc, store, path, ("add", "remove"), cp.version, touched)
     acc.sidecars.clear()
 
 
@@ -346,10 +358,11 @@ def _keys(table: pa.Table) -> pa.Array:
     return pc.if_else(dv.is_valid(), pc.binary_join_element_wise(paths, dv_id, _KEY_SEP), paths)
 
 
-def _concat(tables: list[pa.Table], target: pa.StructType) -> pa.Table:
+def _concat(tables: list[pa.Table], target: pa.StructType, *, versioned: bool = True) -> pa.Table:
+    tables = [t for t in tables if t.num_rows]
     if not tables:
-        empty = pa.schema(list(target) + [pa.field("_version", pa.int64())])
-        return empty.empty_table()
+        fields = list(target) + ([pa.field("_version", pa.int64())] if versioned else [])
+        return pa.schema(fields).empty_table()
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
@@ -361,16 +374,11 @@ def _drop_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
     return table.filter(pc.invert(hit)) if pc.any(hit).as_py() else table
 
 
-def reconcile(
-    base_adds: pa.Table, base_removes: pa.Table, adds: pa.Table, removes: pa.Table
-) -> tuple[pa.Table, pa.Table]:
-    """Latest action per key wins; ``base_*`` come from a checkpoint (already unique), the rest in order."""
-    if adds.num_rows == 0 and removes.num_rows == 0:
-        return base_adds, base_removes
+def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Latest action per key wins among the commits' own file actions ("Action Reconciliation")."""
+    if adds.num_rows + removes.num_rows == 0:
+        return adds, removes
     add_keys, remove_keys = _keys(adds), _keys(removes)
-    touched = pa.concat_arrays([add_keys, remove_keys]).unique()
-    base_adds = _drop_keys(base_adds, touched)
-    base_removes = _drop_keys(base_removes, touched)
     n_add = adds.num_rows
     versions = pa.concat_arrays(
         [adds.column("_version").combine_chunks(), removes.column("_version").combine_chunks()]
@@ -383,36 +391,40 @@ def reconcile(
     winners = np.sort(grouped.aggregate([("o", "max")]).column("o_max").to_numpy() % (len(versions) + 1))
     win_adds = winners[winners < n_add]
     win_removes = winners[winners >= n_add] - n_add
-    files = pa.concat_tables([base_adds, adds.take(pa.array(win_adds))])
-    tombstones = pa.concat_tables([base_removes, removes.take(pa.array(win_removes))])
-    return files, tombstones
+    return adds.take(pa.array(win_adds)), removes.take(pa.array(win_removes))
 
 
 def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> TableState:
-    """Reconstruct the state of ``segment``; ``commit_data`` holds its commit files' bytes, in order."""
-    base = _Actions()
-    read_checkpoint(base, store, segment)
-    acc = _Actions(protocol=base.protocol, metadata=base.metadata, txns=base.txns, domains=base.domains)
+    """Reconstruct the state of ``segment``; ``commit_data`` holds its commit files' bytes, in order.
+
+    The commits are read first (they are small): the keys they touch let the checkpoint be streamed and
+    filtered as it is read, as delta-kernel-rs does, instead of being materialised and filtered after.
+    """
+    new = _Actions()
     chunks = [
         (_commit_version(f), store.log_file(f.name), data)
         for f, data in zip(segment.commits, commit_data, strict=True)
     ]
-    parse_json_actions(acc, chunks)
-    files, tombstones = reconcile(
-        _concat(base.adds, ADD),
-        _concat(base.removes, REMOVE),
-        _concat(acc.adds, ADD),
-        _concat(acc.removes, REMOVE),
+    parse_json_actions(new, chunks)
+    commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
+    touched = None
+    if commit_adds.num_rows + commit_removes.num_rows:
+        touched = pa.concat_arrays([_keys(commit_adds), _keys(commit_removes)]).unique()
+    base = _Actions()
+    read_checkpoint(base, store, segment, touched)
+    win_adds, win_removes = reconcile(commit_adds, commit_removes)
+    files = _concat([*base.adds, win_adds.drop_columns(["_version"])], ADD, versioned=False)
+    tombstones = _concat([*base.removes, win_removes.drop_columns(["_version"])], REMOVE, versioned=False)
+    domains = {**base.domains, **new.domains}
+    return TableState(
+        protocol=new.protocol or base.protocol,
+        metadata=new.metadata or base.metadata,
+        txns={**base.txns, **new.txns},
+        domains={k: v for k, v in domains.items() if not v.removed},
+        files=files,
+        tombstones=tombstones,
+        commit_infos=new.commit_infos,
     )
-    files = _finish(files)
-    tombstones = _finish(tombstones)
-    domains = {k: v for k, v in acc.domains.items() if not v.removed}
-    return TableState(acc.protocol, acc.metadata, acc.txns, domains, files, tombstones, acc.commit_infos)
-
-
-def _finish(table: pa.Table) -> pa.Table:
-    """Drop the replay-only column; paths were decoded when the actions were read."""
-    return table.drop_columns(["_version"])
 
 
 def _commit_version(f: FileMeta) -> int:

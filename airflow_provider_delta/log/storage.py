@@ -178,6 +178,24 @@ class LogStore:
             return
         self.fs.pipe_file(path, data)
 
+    def log_file_exists(self, name: str) -> bool:
+        """Whether ``_delta_log/name`` exists, in exactly one storage request.
+
+        S3 uses a single HEAD: s3fs's ``exists`` would list the prefix too when the key is missing, and
+        an idle sensor poke must cost one request whatever the log's length.
+        """
+        path = self.log_file(name)
+        if self.protocol in ("s3", "s3a") and hasattr(self.fs, "call_s3"):
+            bucket, _, key = path.partition("/")
+            try:
+                self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+                return True
+            except FileNotFoundError:
+                return False
+        if self.protocol in ("file", "local"):
+            return os.path.exists(path)
+        return self.fs.exists(path)
+
     def exists(self, path: str) -> bool:
         return self.fs.exists(path)
 

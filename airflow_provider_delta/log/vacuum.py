@@ -1,0 +1,403 @@
+"""VACUUM: delete files under the table root that no version within the retention window needs.
+
+Delta Spark's VACUUM (FULL): list every file under the root except hidden paths, keep those the latest
+snapshot references (live adds, their deletion-vector files, tombstones still within the retention) and
+any file modified within the retention; delete the rest ("Data Files": "can be lazily deleted by the
+vacuum command after a user-specified retention period"). Candidates come only from listing the root, so
+a path in the log that points elsewhere (absolute, ``..``, another bucket) can never be deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import posixpath
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .arrow_utils import decode_uri_paths
+from .errors import CorruptLogError, DeltaError
+from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
+from .protocol import check_write_supported
+from .snapshot import Snapshot, load_snapshot
+from .storage import LogStore, _mtime_of
+
+if TYPE_CHECKING:
+    from .table import DeltaTable
+
+log = logging.getLogger(__name__)
+
+VACUUM_LOGGING = "delta.vacuum.logging.enabled"
+_HOUR_MS = 3_600_000
+_S3_BATCH = 1000  # DeleteObjects takes at most 1000 keys
+_SCHEME = r"^[A-Za-z][A-Za-z0-9+.\-]*:"
+_DOT_SEGMENTS = r"(^|/)\.\.?(/|$)|//"
+_Z85 = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_Z85_VALUE = np.full(256, 255, np.uint8)
+_Z85_VALUE[np.frombuffer(_Z85, np.uint8)] = np.arange(85, dtype=np.uint8)
+_POW85 = 85 ** np.arange(4, -1, -1, dtype=np.uint64)
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+_UUID_HEX_POS = [i for i in range(36) if i not in (8, 13, 18, 23)]
+
+Progress = Callable[[int, int], None]
+
+
+class RetentionTooShortError(DeltaError):
+    """VACUUM was asked for a retention shorter than the table's ``delta.deletedFileRetentionDuration``."""
+
+
+@dataclass(frozen=True)
+class VacuumReport:
+    """What VACUUM deleted (or, with ``dry_run``, would delete): paths relative to the table root."""
+
+    files: list[str]
+    bytes: int
+    seconds: float
+    dry_run: bool
+    retention_hours: float
+
+
+def vacuum(
+    table: DeltaTable,
+    retention_hours: float | None = None,
+    dry_run: bool = True,
+    enforce_retention_duration: bool = True,
+    *,
+    now_ms: int | None = None,
+    max_workers: int = 8,
+    progress: Progress | None = None,
+) -> VacuumReport:
+    """Delete unreferenced files older than the retention (``delta.deletedFileRetentionDuration``).
+
+    :param retention_hours: keep files needed by versions of the last this-many hours; default: the
+        table's property (7 days). Shorter than the property raises :class:`RetentionTooShortError` unless
+        ``enforce_retention_duration=False``.
+    :param dry_run: only list what would be deleted.
+    :param progress: called as ``progress(deleted, total)`` after each deleted batch.
+    """
+    started = time.monotonic()
+    store = table.store
+    # now_ms=0 keeps every tombstone: the vacuum's own retention, not the table's, decides which count.
+    snap = load_snapshot(store, now_ms=0)
+    # Delta Spark requires writer support (and, with vacuumProtocolCheck, reader support too, which
+    # check_write_supported always includes) before deleting anything.
+    check_write_supported(snap.protocol, uses_identity=False, where=f"VACUUM of {store.uri}")
+    retention_ms = _retention_ms(snap, retention_hours, enforce_retention_duration)
+    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    cutoff = now - retention_ms
+    listed = _list_candidates(store, _partition_dir_names(snap))
+    kept = pc.is_in(listed.column("path"), value_set=_keep(snap, cutoff))
+    doomed = listed.filter(pc.and_(pc.less(listed.column("mtime"), cutoff), pc.invert(kept))).sort_by("path")
+    files = doomed.column("path").to_pylist()
+    size = int(pc.sum(doomed.column("size")).as_py() or 0)
+    hours = retention_ms / _HOUR_MS
+    if dry_run:
+        log.info("VACUUM DRY RUN of %s: %d files (%d bytes) would be deleted", store.uri, len(files), size)
+        return VacuumReport(files, size, time.monotonic() - started, True, hours)
+    logged = bool_property(snap.configuration, VACUUM_LOGGING)
+    if logged:
+        params = {
+            "retentionCheckEnabled": enforce_retention_duration,
+            "defaultRetentionMillis": _table_retention_ms(snap),
+        }
+        if retention_hours is not None:
+            params["specifiedRetentionMillis"] = retention_ms
+        _commit(table, "VACUUM START", params, {"numFilesToDelete": len(files), "sizeOfDataToDelete": size})
+    log.info("VACUUM of %s: deleting %d files (%d bytes)", store.uri, len(files), size)
+    try:
+        full = [f"{store.root}/{f}" for f in files]
+        delete_paths(store, full, store.root, max_workers=max_workers, progress=progress)
+    except BaseException:
+        if logged:
+            _end(table, "FAILED", 0, listed)
+        raise
+    if logged:
+        _end(table, "COMPLETED", len(files), listed)
+    return VacuumReport(files, size, time.monotonic() - started, False, hours)
+
+
+# -- retention ------------------------------------------------------------------------------------------
+def _table_retention_ms(snap: Snapshot) -> int:
+    return interval_property_ms(snap.configuration, DELETED_FILE_RETENTION) or 0
+
+
+def _retention_ms(snap: Snapshot, retention_hours: float | None, enforce: bool) -> int:
+    minimum = _table_retention_ms(snap)
+    if retention_hours is None:
+        return minimum
+    if retention_hours < 0:
+        raise ValueError(f"retention_hours must not be negative, got {retention_hours}")
+    wanted = int(round(retention_hours * _HOUR_MS))
+    if enforce and wanted < minimum:
+        raise RetentionTooShortError(
+            f"VACUUM retention of {retention_hours:g} hours is shorter than the table's "
+            f"{DELETED_FILE_RETENTION} ({minimum / _HOUR_MS:g} hours): files that readers of recent versions "
+            "or concurrent writers still need could be deleted. Use retention_hours >= "
+            f"{minimum / _HOUR_MS:g}, or pass enforce_retention_duration=False if you are sure that no "
+            "reader or writer needs them."
+        )
+    return wanted
+
+
+# -- what to keep -----------------------------------------------------------------------------------------
+def _keep(snap: Snapshot, cutoff: int) -> pa.Array:
+    """Root-relative paths the table still needs: live files, tombstones deleted at or after ``cutoff``
+    (Delta Spark keeps a tombstone until its deletionTimestamp leaves the window), and their DV files."""
+    tombs = snap.tombstones
+    if tombs.num_rows:
+        tombs = tombs.filter(pc.greater_equal(pc.fill_null(tombs.column("deletionTimestamp"), 0), cutoff))
+    parts = []
+    for t in (snap.files, tombs):
+        parts.append(t.column("path").combine_chunks().cast(pa.string()))
+        parts.extend(_dv_paths(t.column("deletionVector").combine_chunks()))
+    root = snap.store.root
+    return pc.unique(pa.concat_arrays([_relative(p, root) for p in parts]))
+
+
+def _dv_paths(dv: pa.StructArray) -> list[pa.Array]:
+    """Deletion-vector files ("Deletion Vector Files"): ``u`` is a UUID (Z85, after an optional random
+    prefix that names a sub-directory) relative to the root, ``p`` an absolute URI, ``i`` inline (no file)."""
+    if dv.null_count == len(dv):
+        return []
+    kind = pc.fill_null(dv.field("storageType"), "")
+    value = dv.field("pathOrInlineDv")
+    absolute = decode_uri_paths(pc.unique(value.filter(pc.equal(kind, "p"))))
+    ids = pc.unique(value.filter(pc.equal(kind, "u")))
+    if len(ids) == 0:
+        return [absolute]
+    if not pc.all(pc.greater_equal(pc.binary_length(ids), 20)).as_py():
+        raise CorruptLogError(
+            "a deletion vector with storageType 'u' has no 20-character Z85 id; refusing to vacuum"
+        )
+    prefix = pc.utf8_slice_codeunits(ids, 0, -20)
+    folder = pc.if_else(pc.equal(prefix, ""), "", pc.binary_join_element_wise(prefix, "/", ""))
+    uuids = _z85_uuids(pc.utf8_slice_codeunits(ids, -20))
+    return [absolute, pc.binary_join_element_wise(folder, "deletion_vector_", uuids, ".bin", "")]
+
+
+def _z85_uuids(encoded: pa.Array) -> pa.Array:
+    """Decode 20-character Z85 strings to canonical UUID strings, vectorised with numpy."""
+    n = len(encoded)
+    offsets = np.frombuffer(encoded.buffers()[1], np.int32)[encoded.offset : encoded.offset + n + 1]
+    data = np.frombuffer(encoded.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+    if len(data) != 20 * n:
+        raise CorruptLogError("a deletion vector id is not 20 ASCII Z85 characters; refusing to vacuum")
+    digits = _Z85_VALUE[data].reshape(n, 4, 5)
+    words = (digits.astype(np.uint64) * _POW85).sum(axis=2)
+    if (digits == 255).any() or (words >= 1 << 32).any():
+        raise CorruptLogError("a deletion vector id is not valid Z85; refusing to vacuum")
+    raw = words.astype(">u4").view(np.uint8).reshape(n, 16)
+    out = np.full((n, 36), ord("-"), np.uint8)
+    out[:, _UUID_HEX_POS] = np.stack([_HEX[raw >> 4], _HEX[raw & 15]], axis=2).reshape(n, 32)
+    return pa.array(out.view("S36").ravel()).cast(pa.string())
+
+
+def _relative(paths: pa.Array, root: str) -> pa.Array:
+    """Paths as the root-relative form the listing produces; paths outside the root are dropped.
+
+    Only protects (a keep-set entry never causes a deletion), so mapping any scheme generously is safe.
+    """
+    paths = paths.drop_null()
+    absolute = pc.or_(pc.match_substring_regex(paths, _SCHEME), pc.starts_with(paths, "/"))
+    rel = paths.filter(pc.invert(absolute))
+    out = [rel]
+    abs_paths = paths.filter(absolute)
+    if len(abs_paths):
+        stripped = pc.replace_substring_regex(abs_paths, r"^file:/*", "/")
+        stripped = pc.replace_substring_regex(stripped, _SCHEME + "//", "")
+        if root.startswith("/"):
+            stripped = pc.replace_substring_regex(stripped, r"^/*", "/")
+        inside = stripped.filter(pc.starts_with(stripped, root.rstrip("/") + "/"))
+        out.append(pc.utf8_slice_codeunits(inside, len(root.rstrip("/")) + 1))
+    joined = pa.concat_arrays([a.cast(pa.string()) for a in out])
+    odd = pc.match_substring_regex(joined, _DOT_SEGMENTS)
+    if pc.any(odd).as_py():  # "a/../b", "./x", "p=1//x": rare; normalise those rows in Python
+        fixed = [posixpath.normpath(p) for p in joined.filter(odd).to_pylist()]
+        fixed = [p for p in fixed if p != ".." and not p.startswith("../")]
+        joined = pa.concat_arrays([joined.filter(pc.invert(odd)), pa.array(fixed, pa.string())])
+    return joined
+
+
+# -- what exists ------------------------------------------------------------------------------------------
+def _partition_dir_names(snap: Snapshot) -> tuple[str, ...]:
+    from .schema import column_mapping_mode, physical_partition_names
+
+    cols = snap.partition_columns
+    physical = physical_partition_names(snap.metadata.schema, cols, column_mapping_mode(snap.configuration))
+    return tuple(sorted(set(cols) | set(physical.values())))
+
+
+def is_hidden(name: str, partition_columns: tuple[str, ...]) -> bool:
+    """Delta Spark's ``isHiddenDirectory``, applied to every path component: ``.x`` and ``_x`` are never
+    vacuumed, except ``_change_data`` and ``_delta_index`` (aged out like data) and ``<partition col>=``
+    directories; ``metadata`` holds UniForm's Iceberg metadata."""
+    if name == "metadata":
+        return True
+    if not name.startswith((".", "_")):
+        return False
+    if name.startswith(("_change_data", "_delta_index")):
+        return False
+    return not any(name.startswith(c + "=") for c in partition_columns)
+
+
+def _list_candidates(store: LogStore, partition_columns: tuple[str, ...]) -> pa.Table:
+    """Every file under the root that is not hidden: ``path`` (root-relative), ``size``, ``mtime`` (ms)."""
+    if store.protocol in ("file", "local"):
+        paths, sizes, mtimes = _walk_local(store.root, partition_columns)
+    else:
+        paths, sizes, mtimes = _find(store)
+    listed = pa.table(
+        {
+            "path": pa.array(paths, pa.string()),
+            "size": pa.array(sizes, pa.int64()),
+            "mtime": pa.array(mtimes, pa.int64()),
+        }
+    )
+    comps = pc.split_pattern(listed.column("path").combine_chunks(), "/")
+    hit = _hidden_components(pc.list_flatten(comps), partition_columns).to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(comps).to_numpy()
+    hidden = np.bincount(parents[hit], minlength=listed.num_rows) > 0
+    visible = listed.filter(pa.array(~hidden))
+    if pc.any(pc.starts_with(visible.column("path"), "_delta_log/")).as_py():
+        raise AssertionError("refusing to vacuum: a candidate lies inside _delta_log")
+    return visible
+
+
+def _hidden_components(names: pa.Array, partition_columns: tuple[str, ...]) -> pa.Array:
+    """``is_hidden`` over an Arrow array of path components."""
+    underscore = pc.starts_with(names, "_")
+    for allowed in ("_change_data", "_delta_index", *(c + "=" for c in partition_columns)):
+        underscore = pc.and_(underscore, pc.invert(pc.starts_with(names, allowed)))
+    return pc.or_(pc.or_(pc.starts_with(names, "."), underscore), pc.equal(names, "metadata"))
+
+
+def _walk_local(root: str, partition_columns: tuple[str, ...]) -> tuple[list[str], list[int], list[int]]:
+    """os.scandir walk that never enters hidden directories (``_delta_log`` ...) nor follows symlinks:
+    a symlink is neither listed nor descended into, so nothing outside the root can be reached."""
+    paths: list[str] = []
+    sizes: list[int] = []
+    mtimes: list[int] = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, rel_dir) if rel_dir else root))
+        except FileNotFoundError:
+            continue
+        for e in entries:
+            if e.is_symlink():
+                continue
+            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+            if e.is_dir(follow_symlinks=False):
+                if not is_hidden(e.name, partition_columns):
+                    stack.append(rel)
+            elif e.is_file(follow_symlinks=False):
+                st = e.stat(follow_symlinks=False)
+                paths.append(rel)
+                sizes.append(st.st_size)
+                mtimes.append(st.st_mtime_ns // 1_000_000)
+    return paths, sizes, mtimes
+
+
+def _find(store: LogStore) -> tuple[list[str], list[int], list[int]]:
+    """One recursive listing (for S3 a paginated ListObjectsV2 without delimiter)."""
+    prefix = store.root.rstrip("/") + "/"
+    store.fs.invalidate_cache(store.root)
+    found = store.fs.find(store.root, withdirs=False, detail=True)
+    paths, sizes, mtimes = [], [], []
+    for name, info in found.items():
+        if not name.startswith(prefix):
+            raise AssertionError(f"refusing to vacuum: listing {store.root} returned {name}")
+        if name.endswith("/") or info.get("type") == "directory":
+            continue
+        paths.append(name[len(prefix) :])
+        sizes.append(int(info.get("size") or 0))
+        mtimes.append(_mtime_of(info))
+    return paths, sizes, mtimes
+
+
+# -- deleting ---------------------------------------------------------------------------------------------
+def delete_paths(
+    store: LogStore, paths: list[str], under: str, *, max_workers: int = 8, progress: Progress | None = None
+) -> None:
+    """Delete ``paths`` (full paths, each under the folder ``under``) in batches, ``max_workers`` at a
+    time, in list order when ``max_workers`` is 1. S3 deletes 1000 keys per DeleteObjects request; other
+    stores per file. A file already gone counts as deleted; any other failure stops the run and is raised."""
+    prefix = under.rstrip("/") + "/"
+    bad = [p for p in paths if not p.startswith(prefix) or "/../" in p[len(prefix) - 1 :]]
+    if bad:
+        raise AssertionError(f"refusing to delete {bad[0]}: not under {under}")
+    total = len(paths)
+    s3 = store.protocol in ("s3", "s3a") and hasattr(store.fs, "call_s3")
+    size = _S3_BATCH if s3 else max(1, min(1000, math.ceil(total / (max_workers * 8))))
+    batches = [paths[i : i + size] for i in range(0, total, size)]
+    done = 0
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(batches)))) as pool:
+        futures = [pool.submit(_s3_delete if s3 else _delete_each, store, b) for b in batches]
+        try:
+            for fut in as_completed(futures):
+                done += fut.result()
+                log.debug("deleted %d of %d files under %s", done, total, under)
+                if progress is not None:
+                    progress(done, total)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    if store.protocol not in ("file", "local"):
+        store.fs.invalidate_cache(under)
+    log.info("deleted %d files under %s", total, under)
+
+
+def _delete_each(store: LogStore, batch: list[str]) -> int:
+    for path in batch:
+        with contextlib.suppress(FileNotFoundError):
+            store.fs.rm_file(path)
+    return len(batch)
+
+
+def _s3_delete(store: LogStore, batch: list[str]) -> int:
+    # DeleteObjects directly: fs.rm would expand glob characters ("[", "*", "?") in keys into other keys.
+    bucket = batch[0].split("/", 1)[0]
+    objects = [{"Key": p.split("/", 1)[1]} for p in batch]
+    resp = store.fs.call_s3("delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+    errors = resp.get("Errors") or []
+    if errors:
+        e = errors[0]
+        raise OSError(
+            f"S3 did not delete {len(errors)} of {len(batch)} objects, e.g. {e.get('Key')}: "
+            f"{e.get('Code')} {e.get('Message')}"
+        )
+    return len(batch)
+
+
+# -- recording in the log ------------------------------------------------------------------------------
+def _commit(table: DeltaTable, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> None:
+    """An empty commit (commitInfo only) as Delta Spark writes for VACUUM START/END."""
+    import inspect
+
+    txn = table.transaction()
+    extra: dict[str, Any] = {}
+    if "operation_metrics" in inspect.signature(txn.commit).parameters:
+        extra["operation_metrics"] = {k: str(v) for k, v in metrics.items()}
+    txn.commit(operation, params, **extra)
+
+
+def _end(table: DeltaTable, status: str, deleted: int, listed: pa.Table) -> None:
+    parents = pc.replace_substring_regex(listed.column("path"), r"/?[^/]*$", "")
+    dirs = len(pc.unique(parents.combine_chunks())) if listed.num_rows else 1
+    metrics = {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs}
+    try:
+        _commit(table, "VACUUM END", {"status": status}, metrics)
+    except DeltaError:
+        if status == "COMPLETED":
+            raise
+        log.warning("could not record VACUUM END (%s) in %s", status, table.uri, exc_info=True)

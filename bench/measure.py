@@ -1,0 +1,150 @@
+"""Shared by every benchmark: run implementations in alternating fresh processes, take medians, report.
+
+A benchmark module gives ``prepare(impl, *args)`` (run inside ``bench.child``) and lets ``compare`` run it;
+``compare`` returns the per-run samples and their medians, ``format_table`` prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+IMPLS = ("ours", "deltalake")
+METRICS = (
+    # key in a sample, label, unit scale, format
+    ("wall_s", "wall (s)", 1.0, "{:.3f}"),
+    ("peak_delta_kib", "peak memory over imports (MiB)", 1 / 1024, "{:.0f}"),
+    ("peak_rss_kib", "peak RSS, absolute (MiB)", 1 / 1024, "{:.0f}"),
+    ("user_s", "user CPU (s)", 1.0, "{:.3f}"),
+    ("sys_s", "system CPU (s)", 1.0, "{:.3f}"),
+)
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_env(data_dir: Path) -> dict[str, str]:
+    """The environment of measured runs: this repository importable, and a bytecode cache.
+
+    Some environments set PYTHONDONTWRITEBYTECODE; every fresh child would then compile from source the
+    modules it imports lazily inside the timed region. The cache lives under the data directory, so the
+    virtualenv is never written to.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPYCACHEPREFIX"] = str(data_dir / "pycache")
+    return env
+
+
+def run_child(bench: str, impl: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """One run of ``impl`` in a fresh interpreter; its JSON report."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.child", bench, impl, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=_ROOT,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{bench} {impl} {args} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compare(bench: str, args: list[str], runs: int, expect: dict[str, Any], data_dir: Path) -> dict[str, Any]:
+    """``runs`` runs of each implementation, alternating and swapping who goes first each round.
+
+    One unrecorded warm-up run each first fills the OS page cache and the bytecode cache, so that the
+    first recorded run is not the odd one out. Every run must report the facts in ``expect`` (e.g. the
+    version and the number of files), so a fast wrong answer never passes as a result.
+    """
+    env = child_env(data_dir)
+    samples: dict[str, list[dict[str, Any]]] = {impl: [] for impl in IMPLS}
+    for i in range(-1, runs):
+        for impl in IMPLS if i % 2 == 0 else IMPLS[::-1]:
+            sample = run_child(bench, impl, args, env)
+            wrong = {k: (sample.get(k), v) for k, v in expect.items() if sample.get(k) != v}
+            if wrong:
+                raise RuntimeError(f"{impl} gave wrong answers on {args}: (got, expected) = {wrong}")
+            if i >= 0:
+                samples[impl].append(sample)
+    medians = {
+        impl: {key: statistics.median(s[key] for s in samples[impl]) for key, *_ in METRICS} for impl in IMPLS
+    }
+    ranges = {
+        impl: {
+            key: [min(s[key] for s in samples[impl]), max(s[key] for s in samples[impl])]
+            for key, *_ in METRICS
+        }
+        for impl in IMPLS
+    }
+    ratios = {key: _ratio(medians["ours"][key], medians["deltalake"][key]) for key, *_ in METRICS}
+    return {
+        "runs": runs,
+        "samples": samples,
+        "median": medians,
+        "range": ranges,
+        "ratio_ours_over_deltalake": ratios,
+    }
+
+
+def _ratio(ours: float, theirs: float) -> float | None:
+    return ours / theirs if theirs else None
+
+
+def format_table(title: str, result: dict[str, Any], goals: dict[str, float]) -> str:
+    """A Markdown table of medians and ratios, with the goal per metric where there is one."""
+    lines = [
+        f"{title} (median of {result['runs']} runs)",
+        "",
+        "| metric | ours | deltalake | ours/deltalake | goal |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for key, label, scale, fmt in METRICS:
+        ours, theirs = (result["median"][impl][key] * scale for impl in IMPLS)
+        ratio = result["ratio_ours_over_deltalake"][key]
+        goal = goals.get(key)
+        verdict = (
+            "" if goal is None or ratio is None else f"<= {goal:.1f}x: {'met' if ratio <= goal else 'MISSED'}"
+        )
+        ratio_text = "n/a" if ratio is None else f"{ratio:.2f}x"
+        lines.append(f"| {label} | {fmt.format(ours)} | {fmt.format(theirs)} | {ratio_text} | {verdict} |")
+    (lo_ours, hi_ours), (lo_theirs, hi_theirs) = (result["range"][impl]["wall_s"] for impl in IMPLS)
+    lines += [
+        "",
+        f"wall range: ours {lo_ours:.3f}-{hi_ours:.3f} s, deltalake {lo_theirs:.3f}-{hi_theirs:.3f} s",
+    ]
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, Any]:
+    """What the figures depend on: machine, Python and library versions."""
+    mem_kib = 0
+    if os.path.exists("/proc/meminfo"):
+        with open("/proc/meminfo") as f:
+            mem_kib = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024**2, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {name: _version(name) for name in ("pyarrow", "deltalake", "numpy", "fsspec")},
+    }
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_results(out_dir: Path, bench: str, payload: dict[str, Any]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{bench}.json"
+    path.write_text(json.dumps({"bench": bench, "environment": environment(), **payload}, indent=2) + "\n")
+    return path

@@ -1,0 +1,333 @@
+"""Benchmark tables, generated once and cached under the data directory.
+
+Two logs, no data files (reading a snapshot never opens them):
+
+- ``checkpoint_1m``: a classic checkpoint of 1,000,000 adds written directly with pyarrow following the
+  spec's "Checkpoint Schema" (one action per row in ``add``/``remove``/``metaData``/``protocol``/``txn``
+  struct columns), its ``_last_checkpoint``, then 50 JSON commits of 10 adds and 3 removes each.
+- ``json_10k``: 10,000 JSON commits of 10 adds each and no checkpoint.
+
+A table is generated in a temporary folder, checked with deltalake (it must open the table and count the
+files we expect), and only then renamed into place, so a half-written table is never reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+# Bump when a generator changes, so cached tables from an older generator are not reused.
+GENERATOR_VERSION = 1
+_MARKER = "_bench_table.json"
+_NOW_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that every generation writes the same log
+_PARTITIONS = 100
+_SEED = 20260101
+
+STRING_MAP = pa.map_(pa.string(), pa.string())
+ADD = pa.struct(
+    [
+        ("path", pa.string()),
+        ("partitionValues", STRING_MAP),
+        ("size", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("stats", pa.string()),
+        ("tags", STRING_MAP),
+    ]
+)
+REMOVE = pa.struct(
+    [
+        ("path", pa.string()),
+        ("deletionTimestamp", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("extendedFileMetadata", pa.bool_()),
+        ("partitionValues", STRING_MAP),
+        ("size", pa.int64()),
+    ]
+)
+METADATA = pa.struct(
+    [
+        ("id", pa.string()),
+        ("name", pa.string()),
+        ("description", pa.string()),
+        ("format", pa.struct([("provider", pa.string()), ("options", STRING_MAP)])),
+        ("schemaString", pa.string()),
+        ("partitionColumns", pa.list_(pa.string())),
+        ("createdTime", pa.int64()),
+        ("configuration", STRING_MAP),
+    ]
+)
+PROTOCOL = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
+TXN = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
+
+_SCHEMA_STRING = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": n, "type": t, "nullable": True, "metadata": {}}
+            for n, t in (("id", "long"), ("value", "double"), ("name", "string"), ("region", "string"))
+        ],
+    }
+)
+_METADATA = {
+    "id": "5fba94ed-9794-4965-ba6e-6ee3c0d22af9",
+    "format": {"provider": "parquet", "options": {}},
+    "schemaString": _SCHEMA_STRING,
+    "partitionColumns": ["region"],
+    "configuration": {},
+    "createdTime": _NOW_MS - 86_400_000 * 365,
+}
+_PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 2}
+_REGIONS = [f"r{i:03d}" for i in range(_PARTITIONS)]
+
+
+@dataclass(frozen=True)
+class BenchTable:
+    """A generated table and what a correct reader must find in it."""
+
+    name: str
+    path: Path
+    version: int
+    num_files: int
+
+
+# -- file actions as Arrow, vectorised --------------------------------------------------------------------
+def _fixed_width_strings(chars: np.ndarray) -> pa.StringArray:
+    """An (n, width) uint8 array of ASCII as a string array, without a Python object per row."""
+    n, width = chars.shape
+    offsets = np.arange(n + 1, dtype=np.int32) * width
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(chars)))
+
+
+def _paths(rng: np.random.Generator, regions: np.ndarray) -> pa.StringArray:
+    """``region=r042/<uuid4>.parquet``: 56 characters, as a partitioned writer lays files out."""
+    n = len(regions)
+    hexdigits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+    digits = hexdigits[rng.integers(0, 16, size=(n, 32), dtype=np.uint8)]
+    digits[:, 12] = ord("4")  # a version-4 UUID, for looks
+    prefixes = np.frombuffer("".join(f"region={r}/" for r in _REGIONS).encode(), dtype=np.uint8).reshape(
+        _PARTITIONS, -1
+    )
+    suffix = np.frombuffer(b".parquet", dtype=np.uint8)
+    parts = [prefixes[regions]]
+    for start, stop in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)):
+        if start:
+            parts.append(np.full((n, 1), ord("-"), dtype=np.uint8))
+        parts.append(digits[:, start:stop])
+    parts.append(np.broadcast_to(suffix, (n, len(suffix))))
+    return _fixed_width_strings(np.hstack(parts))
+
+
+def _stats(rng: np.random.Generator, n: int) -> pa.Array:
+    """Delta's JSON stats string: numRecords, minValues, maxValues, nullCount for id, value, name."""
+
+    def text(values: np.ndarray | pa.Array) -> pa.Array:
+        return pc.cast(pa.array(values), pa.string())
+
+    records = rng.integers(1_000, 2_000_000, n)
+    lo_id = rng.integers(0, 1 << 40, n)
+    lo_val = pc.round(pa.array(rng.random(n) * 1000), 2)
+    hi_val = pc.round(pc.add(lo_val, pa.array(rng.random(n) * 1000)), 2)
+    lo_name, hi_name = np.sort(rng.integers(0, 1_000_000, (2, n)), axis=0)
+    return pc.binary_join_element_wise(
+        '{"numRecords":', text(records),
+        ',"minValues":{"id":', text(lo_id),
+        ',"value":', text(lo_val),
+        ',"name":"name_', text(lo_name),
+        '"},"maxValues":{"id":', text(lo_id + records),
+        ',"value":', text(hi_val),
+        ',"name":"name_', text(hi_name),
+        '"},"nullCount":{"id":0,"value":', text(rng.integers(0, 100, n)),
+        ',"name":', text(rng.integers(0, 10, n)),
+        "}}",
+        "",
+    )  # fmt: skip
+
+
+def _adds(rng: np.random.Generator, n: int) -> pa.StructArray:
+    regions = rng.integers(0, _PARTITIONS, n)
+    region_names = pa.array(_REGIONS).take(pa.array(regions))
+    partition_values = pa.MapArray.from_arrays(
+        pa.array(np.arange(n + 1, dtype=np.int32)),
+        pa.array(["region"]).take(pa.array(np.zeros(n, np.int32))),
+        region_names,
+    )
+    return pa.StructArray.from_arrays(
+        [
+            _paths(rng, regions),
+            partition_values,
+            pa.array(rng.integers(1 << 20, 128 << 20, n)),
+            pa.array(_NOW_MS - rng.integers(0, 86_400_000 * 365, n)),
+            pa.array(np.ones(n, dtype=bool)),
+            _stats(rng, n),
+            pa.nulls(n, STRING_MAP),
+        ],
+        fields=list(ADD),
+    )
+
+
+def _removes(rng: np.random.Generator, n: int) -> pa.StructArray:
+    adds = _adds(rng, n)
+    return pa.StructArray.from_arrays(
+        [
+            adds.field("path"),
+            pa.array(_NOW_MS - rng.integers(0, 86_400_000, n)),
+            pa.array(np.ones(n, dtype=bool)),
+            pa.array(np.ones(n, dtype=bool)),
+            adds.field("partitionValues"),
+            adds.field("size"),
+        ],
+        fields=list(REMOVE),
+    )
+
+
+# -- the checkpoint table ---------------------------------------------------------------------------------
+def _column(values: pa.Array, before: int, total: int) -> pa.Array:
+    """One action column of a checkpoint: ``values`` at rows ``before..``, null everywhere else."""
+    after = total - before - len(values)
+    return pa.concat_arrays([pa.nulls(before, values.type), values, pa.nulls(after, values.type)])
+
+
+def write_checkpoint(log_dir: Path, version: int, adds: pa.StructArray, removes: pa.StructArray) -> int:
+    """Write ``version``'s classic checkpoint and ``_last_checkpoint`` ("Checkpoints"); returns its size."""
+    protocol = pa.array([_PROTOCOL], PROTOCOL)
+    metadata = pa.array(
+        [{**_METADATA, "format": {"provider": "parquet", "options": []}, "configuration": []}], METADATA
+    )
+    txn = pa.array([{"appId": "nightly-ingest", "version": version, "lastUpdated": _NOW_MS}], TXN)
+    total = 3 + len(removes) + len(adds)
+    table = pa.table(
+        {
+            "txn": _column(txn, 2, total),
+            "add": _column(adds, 3 + len(removes), total),
+            "remove": _column(removes, 3, total),
+            "metaData": _column(metadata, 1, total),
+            "protocol": _column(protocol, 0, total),
+        }
+    )
+    path = log_dir / f"{version:020d}.checkpoint.parquet"
+    # Spark writes 128 MB row groups: about half a million of these adds each.
+    pq.write_table(table, path, row_group_size=500_000, compression="snappy")
+    last = {"version": version, "size": total, "sizeInBytes": path.stat().st_size, "numOfAddFiles": len(adds)}
+    (log_dir / "_last_checkpoint").write_text(json.dumps(last))
+    return total
+
+
+def _json_adds(adds: pa.StructArray) -> list[str]:
+    lines = []
+    for body in adds.to_pylist():
+        body["partitionValues"] = dict(body["partitionValues"])
+        lines.append(
+            json.dumps({"add": {k: v for k, v in body.items() if v is not None}}, separators=(",", ":"))
+        )
+    return lines
+
+
+def _json_removes(adds: pa.StructArray, deletion_timestamp: int) -> list[str]:
+    lines = []
+    for body in adds.to_pylist():
+        remove = {
+            "path": body["path"],
+            "deletionTimestamp": deletion_timestamp,
+            "dataChange": True,
+            "extendedFileMetadata": True,
+            "partitionValues": dict(body["partitionValues"]),
+            "size": body["size"],
+        }
+        lines.append(json.dumps({"remove": remove}, separators=(",", ":")))
+    return lines
+
+
+def _commit_info(version: int, operation: str) -> str:
+    info = {
+        "timestamp": _NOW_MS + version,
+        "operation": operation,
+        "operationParameters": {"mode": "Append"},
+        "engineInfo": "airflow-provider-delta-bench",
+        "txnId": str(uuid.UUID(int=version)),
+    }
+    return json.dumps({"commitInfo": info}, separators=(",", ":"))
+
+
+def _write_commit(log_dir: Path, version: int, lines: list[str]) -> None:
+    (log_dir / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
+
+
+def build_checkpoint_table(root: Path, num_adds: int = 1_000_000, commits: int = 50) -> tuple[int, int]:
+    """Returns (latest version, live files)."""
+    rng = np.random.default_rng(_SEED)
+    log_dir = root / "_delta_log"
+    log_dir.mkdir(parents=True)
+    cp_version = 1_000  # the commits before it were cleaned up, as on any long-lived table
+    adds = _adds(rng, num_adds)
+    write_checkpoint(log_dir, cp_version, adds, _removes(rng, 1_000))
+    gone = rng.choice(num_adds, size=(commits, 3), replace=False)
+    for i in range(commits):
+        removes = _json_removes(adds.take(pa.array(gone[i])), deletion_timestamp=_NOW_MS + i)
+        lines = [_commit_info(cp_version + 1 + i, "WRITE"), *_json_adds(_adds(rng, 10)), *removes]
+        _write_commit(log_dir, cp_version + 1 + i, lines)
+    return cp_version + commits, num_adds + commits * (10 - 3)
+
+
+def build_json_table(root: Path, commits: int = 10_000, adds_per_commit: int = 10) -> tuple[int, int]:
+    """Returns (latest version, live files)."""
+    rng = np.random.default_rng(_SEED + 1)
+    log_dir = root / "_delta_log"
+    log_dir.mkdir(parents=True)
+    adds = _json_adds(_adds(rng, commits * adds_per_commit))
+    head = [json.dumps({"protocol": _PROTOCOL}), json.dumps({"metaData": _METADATA})]
+    for v in range(commits):
+        first = v * adds_per_commit
+        lines = [_commit_info(v, "WRITE"), *adds[first : first + adds_per_commit]]
+        _write_commit(log_dir, v, (head + lines) if v == 0 else lines)
+    return commits - 1, commits * adds_per_commit
+
+
+BUILDERS: dict[str, Callable[[Path], tuple[int, int]]] = {
+    "checkpoint_1m": build_checkpoint_table,
+    "json_10k": build_json_table,
+}
+
+
+# -- cache and verification -------------------------------------------------------------------------------
+def verify_with_deltalake(path: Path, version: int, num_files: int) -> None:
+    """deltalake must find ``version`` and ``num_files`` live files, else the generator is wrong."""
+    import deltalake
+
+    dt = deltalake.DeltaTable(str(path))
+    got = (dt.version(), pa.table(dt.get_add_actions(flatten=False)).num_rows)
+    if got != (version, num_files):
+        raise RuntimeError(
+            f"deltalake reads {path} as (version, files) = {got}, expected {(version, num_files)}"
+        )
+
+
+def ensure_table(name: str, data_dir: Path) -> BenchTable:
+    """The cached table ``name``, generated and verified first if missing."""
+    path = data_dir / f"{name}-v{GENERATOR_VERSION}"
+    marker = path / _MARKER
+    if marker.exists():
+        facts = json.loads(marker.read_text())
+        return BenchTable(name, path, facts["version"], facts["num_files"])
+    tmp = data_dir / f".{name}-{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        version, num_files = BUILDERS[name](tmp)
+        verify_with_deltalake(tmp, version, num_files)
+        (tmp / _MARKER).write_text(json.dumps({"version": version, "num_files": num_files}))
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return BenchTable(name, path, version, num_files)
