@@ -143,12 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings to fsspec options. Errors name the key at most, never the value."""
+    """``KEY=VALUE`` strings to fsspec options. A ValueError names the key at most, never the value."""
     options: dict[str, Any] = {}
     for index, pair in enumerate(pairs, start=1):
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--storage-option #{index} is not KEY=VALUE")
+            raise ValueError(f"--storage-option #{index} is not KEY=VALUE")
         value: Any = raw
         if raw.lower() in ("true", "false"):
             value = raw.lower() == "true"
@@ -158,7 +158,7 @@ def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any]:
             try:
                 value = json.loads(raw)
             except ValueError:
-                raise UsageError(f"--storage-option {key}: the value is not valid JSON") from None
+                raise ValueError(f"--storage-option {key}: the value is not valid JSON") from None
         options[key.strip()] = value
     return options
 
@@ -195,13 +195,13 @@ def iso(ms: int | None) -> str | None:
 
 
 def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            text = f"{n:,} B" if unit == "B" else f"{size:.1f} {unit} ({n:,} bytes)"
-            return text
-        size /= 1024
-    raise AssertionError("unreachable")
+    """Exact, then rounded: "1,458 bytes (1.4 KiB)"."""
+    size, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n:,} bytes" if unit == "bytes" else f"{n:,} bytes ({size:.1f} {unit})"
 
 
 def _columns(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -217,21 +217,22 @@ def _pairs(items: Sequence[tuple[str, Any]], indent: str = "") -> str:
 
 
 class ProgressBar:
-    """``done/total`` as a bar on one line of ``stream``, redrawn only when it moves a visible step."""
+    """``done/total`` as a bar on one line of ``stream``, redrawn only when the percentage moves (a vacuum
+    of a million files calls it per batch; a terminal should not be written a million times)."""
 
     WIDTH = 30
 
     def __init__(self, label: str, stream: IO[str]) -> None:
         self.label = label
         self.stream = stream
-        self._drawn: tuple[int, int] | None = None
+        self._drawn: int | None = None  # the percentage on screen
 
     def __call__(self, done: int, total: int) -> None:
-        step = (self.WIDTH * done // total) if total else self.WIDTH
-        percent = (100 * done // total) if total else 100
-        if self._drawn == (step, percent) and done != total:
+        percent = 100 * done // total if total else 100
+        if percent == self._drawn:
             return
-        self._drawn = (step, percent)
+        self._drawn = percent
+        step = self.WIDTH * percent // 100
         bar = "#" * step + "-" * (self.WIDTH - step)
         self.stream.write(f"\r{self.label} [{bar}] {percent:3d}% {done:,}/{total:,}")
         self.stream.flush()
@@ -380,26 +381,23 @@ def vacuum_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any]:
         "retention_hours": args.retention_hours,
         "enforce_retention_duration": not args.no_enforce_retention,
     }
-    report = table.vacuum(dry_run=True, **options)
-    if not args.dry_run:
-        # Say what is about to go before it goes: deletion cannot be undone.
-        notice = sys.stderr if args.json else sys.stdout
-        print(
-            f"deleting {len(report.files):,} files ({_human_bytes(report.bytes)}) removed from {table.uri} "
-            f"more than {report.retention_hours:g} hours ago",
-            file=notice,
-            flush=True,
-        )
-        if args.progress or sys.stderr.isatty():
-            bar = ProgressBar("vacuum", sys.stderr)
-            try:
-                report = table.vacuum(dry_run=False, progress=bar, **options)
-            finally:
-                bar.close()
-        else:
-            report = table.vacuum(dry_run=False, **options)
+    doc = _vacuum_report(table.vacuum(dry_run=True, **options), table.uri)
+    if args.dry_run:
+        return doc
+    # Say what is about to go before it goes: deletion cannot be undone.
+    print(f"deleting {_vacuum_summary(doc)}", file=sys.stderr if args.json else sys.stdout, flush=True)
+    if not (args.progress or sys.stderr.isatty()):
+        return _vacuum_report(table.vacuum(dry_run=False, **options), table.uri)
+    bar = ProgressBar("vacuum", sys.stderr)
+    try:
+        return _vacuum_report(table.vacuum(dry_run=False, progress=bar, **options), table.uri)
+    finally:
+        bar.close()
+
+
+def _vacuum_report(report: Any, uri: str) -> dict[str, Any]:
     return {
-        "uri": table.uri,
+        "uri": uri,
         "dry_run": report.dry_run,
         "retention_hours": report.retention_hours,
         "num_files": len(report.files),
@@ -409,14 +407,23 @@ def vacuum_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _vacuum_summary(doc: dict[str, Any]) -> str:
+    return (
+        f"{doc['num_files']:,} files, {_human_bytes(doc['bytes'])}, from {doc['uri']} "
+        f"(retention {doc['retention_hours']:g} hours)"
+    )
+
+
 def print_vacuum(doc: dict[str, Any], out: IO[str]) -> None:
-    n, size = f"{doc['num_files']:,}", _human_bytes(doc["bytes"])
-    if doc["dry_run"]:
-        print(f"dry run: would delete {n} files ({size}) from {doc['uri']}", file=out)
-        for path in doc["files"]:
-            print(f"  {path}", file=out)
-    else:
-        print(f"deleted {n} files ({size}) in {doc['seconds']:.1f} s", file=out)
+    if not doc["dry_run"]:
+        print(
+            f"deleted {doc['num_files']:,} files, {_human_bytes(doc['bytes'])}, in {doc['seconds']:.1f} s",
+            file=out,
+        )
+        return
+    print(f"dry run: would delete {_vacuum_summary(doc)}", file=out)
+    for path in doc["files"]:
+        print(f"  {path}", file=out)
 
 
 def cleanup_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any]:
@@ -463,9 +470,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``deltalog`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     secrets = _secrets(argv)
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
-        options = parse_storage_options((args.storage_option or []) + getattr(args, "storage_option_sub", []))
+        args = parser.parse_args(argv)
+        try:
+            options = parse_storage_options(
+                (args.storage_option or []) + getattr(args, "storage_option_sub", [])
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
     except UsageError as exc:
         print(f"{PROG}: {_redact(str(exc), secrets)}", file=sys.stderr)
         return 2

@@ -55,11 +55,21 @@ class LogStore:
 
     :param uri: table root: a local path, ``file://``, ``memory://``, ``s3://`` or any fsspec URL.
     :param storage_options: passed to the fsspec filesystem (credentials, endpoint, ...).
+    :param filesystem: an fsspec filesystem to use instead of building one from ``storage_options``.
     """
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        storage_options: dict[str, Any] | None = None,
+        filesystem: fsspec.AbstractFileSystem | None = None,
+    ) -> None:
         options = dict(storage_options or {})
-        fs, root = fsspec.core.url_to_fs(str(uri), **options)
+        if filesystem is not None:
+            # A filesystem built elsewhere (e.g. by Airflow's object storage from a connection).
+            fs, root = filesystem, filesystem._strip_protocol(str(uri))
+        else:
+            fs, root = fsspec.core.url_to_fs(str(uri), **options)
         self.fs = fs
         self.uri = str(uri)
         self.root = root.rstrip("/") if root not in ("/", "") else root

@@ -17,6 +17,7 @@ from .snapshot import Snapshot, load_snapshot
 from .storage import LogStore
 
 if TYPE_CHECKING:
+    import fsspec
     import pyarrow as pa
 
     from .last_checkpoint import LastCheckpoint
@@ -46,10 +47,17 @@ class DeltaTable:
 
     :param uri: the table root, the folder that holds ``_delta_log``.
     :param storage_options: fsspec options for the backend (credentials, endpoint); never logged.
+    :param filesystem: a ready fsspec filesystem (e.g. from an Airflow connection) instead of options.
     """
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.store = LogStore(uri, storage_options)
+    def __init__(
+        self,
+        uri: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        filesystem: fsspec.AbstractFileSystem | None = None,
+    ) -> None:
+        self.store = LogStore(uri, storage_options, filesystem)
 
     @property
     def uri(self) -> str:

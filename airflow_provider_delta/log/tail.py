@@ -75,3 +75,81 @@ def _changes_data(data: bytes) -> bool:
             body = obj.get(name)
             file_change = file_change or (body is not None and body.get("dataChange", True))
     return file_change and operation not in _NO_DATA_OPERATIONS
+
+
+@dataclass(frozen=True)
+class VersionCondition:
+    """What a sensor waits for; exactly one of the three forms is set.
+
+    ``min_version``: the table reaches version N. ``newer_than``: any commit after a baseline version.
+    ``app_id`` + ``app_version``: the app transaction ``app_id`` reaches ``app_version`` ("the upstream
+    pipeline committed batch X"). ``data_changes_only`` ignores commits that change no data (OPTIMIZE,
+    dataChange=false rearrangements, property changes) for ``newer_than``.
+    """
+
+    min_version: int | None = None
+    newer_than: int | None = None
+    app_id: str | None = None
+    app_version: int | None = None
+    data_changes_only: bool = False
+
+    def __post_init__(self) -> None:
+        forms = [self.min_version is not None, self.newer_than is not None, self.app_id is not None]
+        if sum(forms) != 1:
+            raise ValueError("set exactly one of min_version, newer_than, or app_id (with app_version)")
+        if self.app_id is not None and self.app_version is None:
+            raise ValueError("app_id needs app_version")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The outcome of one check: ``cursor`` is the newest version examined, to resume from next time."""
+
+    satisfied: bool
+    cursor: int
+
+    @property
+    def version(self) -> int | None:
+        """The latest version seen when the condition held (what a sensor returns)."""
+        return self.cursor if self.satisfied else None
+
+
+def observe(table: DeltaTable, condition: VersionCondition, cursor: int | None) -> Observation:
+    """Check ``condition`` once, examining only commits after ``cursor``.
+
+    The first check (``cursor`` None) reads the latest version; every later check that finds no new
+    commit costs one storage request, so a poll loop's cost does not grow with the log.
+    """
+    if cursor is None:
+        snap = table.snapshot()
+        cursor = snap.version
+        if condition.app_id is not None:
+            done = snap.app_transactions.get(condition.app_id, -1) >= condition.app_version
+            return Observation(done, cursor)
+        if condition.min_version is not None:
+            done = cursor >= condition.min_version
+            return Observation(done, cursor)
+        start = condition.newer_than
+        if cursor <= start:
+            return Observation(False, cursor)
+        return _newer(table, condition, start, cursor)
+    new = commits_after(
+        table, cursor, classify=condition.data_changes_only and condition.newer_than is not None
+    )
+    if new is None:
+        return Observation(False, cursor)
+    if condition.min_version is not None:
+        done = new.latest >= condition.min_version
+        return Observation(done, new.latest)
+    if condition.app_id is not None:
+        snap = table.snapshot(new.latest)
+        done = snap.app_transactions.get(condition.app_id, -1) >= condition.app_version
+        return Observation(done, new.latest)
+    return Observation(new.changed_data if condition.data_changes_only else True, new.latest)
+
+
+def _newer(table: DeltaTable, condition: VersionCondition, start: int, latest: int) -> Observation:
+    if not condition.data_changes_only:
+        return Observation(True, latest)
+    datas = table.store.read_log_files(commit_name(v) for v in range(start + 1, latest + 1))
+    return Observation(any(_changes_data(d) for d in datas), latest)
