@@ -12,6 +12,7 @@ with them every bucket this server holds.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import urllib.request
 import uuid
@@ -23,8 +24,16 @@ from urllib.parse import parse_qsl, unquote
 
 import pytest
 
-# Airflow reads this when its configuration is first loaded; set it before any test imports airflow.
+# Airflow reads these when its configuration is first loaded; set them before any test imports airflow, so
+# that the tests run against a private AIRFLOW_HOME (SQLite metadata DB, dags folder) and never ~/airflow.
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+if "PYTEST_AIRFLOW_HOME_SET" not in os.environ:
+    _home = tempfile.mkdtemp(prefix="airflow-home-")
+    os.environ["AIRFLOW_HOME"] = _home
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_home, "dags")
+    os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
+    os.environ["PYTEST_AIRFLOW_HOME_SET"] = "1"
+    os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 
 FAKE_KEY = "testing"
 FAKE_SECRET = "testing"

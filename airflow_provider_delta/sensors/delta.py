@@ -1,0 +1,133 @@
+"""DeltaVersionSensor: waits for a Delta table to change, in poke mode or deferred to the triggerer.
+
+The sensor only decides and defers; the check is the core's ``tail.observe``, the same function the
+trigger polls with. After the first check, an idle poke costs one storage request (an existence check
+for the next commit file) however long the table's log is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+
+from airflow_provider_delta.log.tail import VersionCondition, observe
+from airflow_provider_delta.triggers.delta import DeltaVersionTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+BASELINE_XCOM_KEY = "baseline_version"
+
+
+def _as_int(value: int | str | None) -> int | None:
+    return None if value in (None, "") else int(value)
+
+
+class DeltaVersionSensor(BaseSensorOperator):
+    """Wait until a Delta table reaches a version, gets a new version, or records an app transaction.
+
+    Set one of ``min_version``, ``app_id`` (with ``app_version``); with neither, the sensor waits for any
+    version newer than ``baseline_version`` (default: the version when the sensor first looked, kept
+    across retries). Returns (and pushes to XCom) the version observed.
+
+    :param table_uri: the table root, e.g. ``s3://bucket/path`` or ``/data/table``. Templated.
+    :param delta_conn_id: connection for the table's storage (``None``: no credentials).
+    :param min_version: wait until the table's version is at least this. Templated.
+    :param baseline_version: wait for a version newer than this. Templated.
+    :param app_id: wait until this application id's transaction version... Templated.
+    :param app_version: ...is at least this (e.g. an upstream ingest's batch number). Templated.
+    :param data_changes_only: ignore commits that change no data (OPTIMIZE, dataChange=false, properties).
+    :param deferrable: wait in the triggerer instead of a worker slot (default
+        ``[operators] default_deferrable``).
+    """
+
+    template_fields: Sequence[str] = ("table_uri", "min_version", "baseline_version", "app_id", "app_version")
+    ui_color = "#00add4"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        delta_conn_id: str | None = None,
+        min_version: int | str | None = None,
+        baseline_version: int | str | None = None,
+        app_id: str | None = None,
+        app_version: int | str | None = None,
+        data_changes_only: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.delta_conn_id = delta_conn_id
+        self.min_version = min_version
+        self.baseline_version = baseline_version
+        self.app_id = app_id
+        self.app_version = app_version
+        self.data_changes_only = data_changes_only
+        self.deferrable = deferrable
+        self._cursor: int | None = None
+
+    def _table(self):
+        from airflow_provider_delta.hooks.delta import DeltaHook
+
+        return DeltaHook(self.delta_conn_id).get_table(self.table_uri)
+
+    def _condition(self, context: Context) -> VersionCondition:
+        if self.app_id:
+            return VersionCondition(app_id=self.app_id, app_version=_as_int(self.app_version))
+        if self.min_version not in (None, ""):
+            return VersionCondition(min_version=_as_int(self.min_version))
+        baseline = _as_int(self.baseline_version)
+        if baseline is None:
+            baseline = self._baseline(context)
+        return VersionCondition(newer_than=baseline, data_changes_only=self.data_changes_only)
+
+    def _baseline(self, context: Context) -> int:
+        """The version when this sensor first looked, kept in XCom so retries wait for the same change."""
+        ti = context["ti"]
+        stored = ti.xcom_pull(task_ids=ti.task_id, key=BASELINE_XCOM_KEY, map_indexes=ti.map_index)
+        if stored is not None:
+            return int(stored)
+        version = self._table().snapshot().version
+        ti.xcom_push(key=BASELINE_XCOM_KEY, value=version)
+        self.log.info("Waiting for %s to move past version %d", self.table_uri, version)
+        return version
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        seen = observe(self._table(), self._condition(context), self._cursor)
+        self._cursor = seen.cursor  # later pokes look only past it: one request while idle
+        return PokeReturnValue(is_done=seen.satisfied, xcom_value=seen.version)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        condition = self._condition(context)
+        seen = observe(self._table(), condition, None)
+        if seen.satisfied:
+            return seen.version
+        self.defer(
+            trigger=DeltaVersionTrigger(
+                table_uri=self.table_uri,
+                delta_conn_id=self.delta_conn_id,
+                poke_interval=self.poke_interval,
+                cursor=seen.cursor,
+                min_version=condition.min_version,
+                newer_than=condition.newer_than,
+                app_id=condition.app_id,
+                app_version=condition.app_version,
+                data_changes_only=condition.data_changes_only,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> int:
+        if event.get("status") != "success":
+            raise RuntimeError(f"DeltaVersionSensor on {self.table_uri}: {event.get('message')}")
+        self.log.info("%s reached version %s", self.table_uri, event["version"])
+        return int(event["version"])

@@ -1,0 +1,164 @@
+"""Triggers that poll a Delta table's log with the same core function as the sensor's poke.
+
+``DeltaVersionTrigger`` fires once, for a deferred :class:`DeltaVersionSensor`. ``DeltaTableWatcherTrigger``
+is a ``BaseEventTrigger`` for ``AssetWatcher``: it fires for every new (data) version and keeps its cursor in
+Airflow's asset state store, so a triggerer restart neither re-emits nor skips a commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
+
+from airflow_provider_delta.log.tail import VersionCondition, observe
+
+CURSOR_KEY = "delta_version"
+
+
+def _condition_kwargs(condition: VersionCondition) -> dict[str, Any]:
+    return {
+        "min_version": condition.min_version,
+        "newer_than": condition.newer_than,
+        "app_id": condition.app_id,
+        "app_version": condition.app_version,
+        "data_changes_only": condition.data_changes_only,
+    }
+
+
+def _table(table_uri: str, delta_conn_id: str | None):
+    from airflow_provider_delta.hooks.delta import DeltaHook
+
+    return DeltaHook(delta_conn_id).get_table(table_uri)
+
+
+class DeltaVersionTrigger(BaseTrigger):
+    """Fires when the table meets a :class:`VersionCondition` (see ``DeltaVersionSensor``).
+
+    :param table_uri: the table root.
+    :param delta_conn_id: connection for the table's storage (``None``: no credentials).
+    :param poke_interval: seconds between checks; an idle check costs one storage request.
+    :param cursor: the newest version already examined (from the sensor's first poke).
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        delta_conn_id: str | None = None,
+        poke_interval: float = 60.0,
+        cursor: int | None = None,
+        min_version: int | None = None,
+        newer_than: int | None = None,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        data_changes_only: bool = False,
+    ) -> None:
+        super().__init__()
+        self.table_uri = table_uri
+        self.delta_conn_id = delta_conn_id
+        self.poke_interval = poke_interval
+        self.cursor = cursor
+        self.condition = VersionCondition(min_version, newer_than, app_id, app_version, data_changes_only)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table_uri": self.table_uri,
+                "delta_conn_id": self.delta_conn_id,
+                "poke_interval": self.poke_interval,
+                "cursor": self.cursor,
+                **_condition_kwargs(self.condition),
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            table = await asyncio.to_thread(_table, self.table_uri, self.delta_conn_id)
+            cursor = self.cursor
+            while True:
+                seen = await asyncio.to_thread(observe, table, self.condition, cursor)
+                if seen.satisfied:
+                    yield TriggerEvent({"status": "success", "version": seen.version})
+                    return
+                cursor = seen.cursor
+                await asyncio.sleep(self.poke_interval)
+        except Exception as exc:  # the sensor re-raises it in the worker, where it is logged and retried
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+
+
+class DeltaTableWatcherTrigger(BaseEventTrigger):
+    """Emits an event for each new version of a table, for ``AssetWatcher`` (event-driven scheduling).
+
+    The cursor (the last version announced) lives in the asset state store of every asset the trigger
+    feeds, written before the event is emitted, so that a restarted triggerer resumes after it. With
+    several assets on one trigger, one event per version is emitted and the assets share the cursor: the
+    newest cursor any of them holds wins, so an asset added later does not replay the table's history.
+
+    :param table_uri: the table root.
+    :param delta_conn_id: connection for the table's storage.
+    :param poke_interval: seconds between checks; an idle check costs one storage request.
+    :param data_changes_only: announce only versions that add or remove data (default), not OPTIMIZE etc.
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        delta_conn_id: str | None = None,
+        poke_interval: float = 60.0,
+        data_changes_only: bool = True,
+    ) -> None:
+        super().__init__()
+        self.table_uri = table_uri
+        self.delta_conn_id = delta_conn_id
+        self.poke_interval = poke_interval
+        self.data_changes_only = data_changes_only
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table_uri": self.table_uri,
+                "delta_conn_id": self.delta_conn_id,
+                "poke_interval": self.poke_interval,
+                "data_changes_only": self.data_changes_only,
+            },
+        )
+
+    def _accessors(self) -> list[Any]:
+        store = self.asset_state_store
+        if store is None:
+            return []
+        # One trigger can feed several assets: keep the cursor in each of them.
+        return [*getattr(store, "_by_name", {}).values(), *getattr(store, "_by_uri", {}).values()]
+
+    async def _load_cursor(self) -> int | None:
+        values = [await a.aget(CURSOR_KEY) for a in self._accessors()]
+        known = [int(v) for v in values if v is not None]
+        return max(known) if known else None
+
+    async def _save_cursor(self, version: int) -> None:
+        for accessor in self._accessors():
+            await accessor.aset(CURSOR_KEY, version)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        table = await asyncio.to_thread(_table, self.table_uri, self.delta_conn_id)
+        cursor = await self._load_cursor()
+        if cursor is None:
+            # First start: announce what comes after the current version, not the table's history.
+            cursor = (await asyncio.to_thread(table.snapshot)).version
+            await self._save_cursor(cursor)
+        condition = VersionCondition(newer_than=cursor, data_changes_only=self.data_changes_only)
+        while True:
+            seen = await asyncio.to_thread(observe, table, condition, cursor)
+            if seen.cursor != cursor:
+                await self._save_cursor(seen.cursor)
+            if seen.satisfied:
+                self.log.info("Delta table %s reached version %d", self.table_uri, seen.version)
+                yield TriggerEvent({"table_uri": self.table_uri, "version": seen.version, "previous": cursor})
+            if seen.cursor != cursor:
+                cursor = seen.cursor
+                condition = VersionCondition(newer_than=cursor, data_changes_only=self.data_changes_only)
+            await asyncio.sleep(self.poke_interval)
