@@ -24,6 +24,10 @@ from urllib.parse import parse_qsl, unquote
 
 import pytest
 
+# The protocol texts and golden tables live in ../shared beside the repository (as in CI); override with
+# DELTA_SHARED_DIR.
+os.environ.setdefault("DELTA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+
 # Airflow reads these when its configuration is first loaded; set them before any test imports airflow, so
 # that the tests run against a private AIRFLOW_HOME (SQLite metadata DB, dags folder) and never ~/airflow.
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"

@@ -1,6 +1,6 @@
 """Helpers for the golden-table harness (``test_golden.py``): the catalogue, the oracles, and normalisation.
 
-The catalogue is ``/work/shared/golden/tables.json`` (``DELTA_GOLDEN_DIR`` overrides the folder); everything a
+The catalogue is ``../shared/golden/tables.json`` (``DELTA_GOLDEN_DIR`` overrides the folder); everything a
 test needs to know about a table is read from the table's folder, so a table added there is covered without
 new code. Two oracles read the same tables: ``deltalake`` (delta-rs) for the log state, and the Rust kernel
 (``delta_kernel_rust_sharing_wrapper``) for the version and a scan's row count.
@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-GOLDEN_DIR = Path(os.environ.get("DELTA_GOLDEN_DIR", "/work/shared/golden"))
+GOLDEN_DIR = Path(os.environ.get("DELTA_GOLDEN_DIR", Path(os.environ["DELTA_SHARED_DIR"]) / "golden"))
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d{10}\.\d{10}|\.[0-9a-fA-F-]{36})?\.(parquet|json)$")

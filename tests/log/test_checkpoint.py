@@ -6,6 +6,7 @@ Spec: "Checkpoints", "Checkpoint Format", "Last Checkpoint File"; V2 checkpoints
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import urllib.parse
 from pathlib import Path
@@ -19,7 +20,7 @@ from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Tabl
 from airflow_provider_delta.log import AddFile, DeltaTable
 from airflow_provider_delta.log.last_checkpoint import json_checksum
 
-GOLDEN = Path("/work/shared/golden")
+GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden"
 # Tables covering partitions (escaped values, nulls), deletion vectors, column mapping, txns and CDF.
 GOLDEN_TABLES = [
     "dat/multi_partitioned",

@@ -27,7 +27,7 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from airflow_provider_delta.log import DeltaTable, cli
 from airflow_provider_delta.log.cli import ProgressBar, main, parse_storage_options
 
-GOLDEN = Path("/work/shared/golden/dat/multi_partitioned/delta")
+GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden/dat/multi_partitioned/delta"
 SCRIPT = Path(sys.executable).parent / "deltalog"
 # Commit file mtimes, one hour apart: version v was committed at T0 + v hours.
 T0_MS = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000)

@@ -1,4 +1,4 @@
-"""Our transaction-log core against every golden table in ``/work/shared/golden`` and two oracles.
+"""Our transaction-log core against every golden table in ``../shared/golden`` and two oracles.
 
 Data-driven: each test is parametrized over ``tables.json`` and decides what to check from the table's folder
 (expected data, DAT version metadata, commit mtimes, ``expected_outcome.json``) and from what the oracles make

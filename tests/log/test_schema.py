@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import struct
 from decimal import Decimal
 from pathlib import Path
@@ -36,8 +37,8 @@ from airflow_provider_delta.log.schema import (
 )
 from airflow_provider_delta.log.stats import parse_stats, stats_schema
 
-GOLDEN = Path("/work/shared/golden/delta-golden")
-SPEC = Path("/work/shared/protocol/003_51b5c166d670ae37.txt")
+GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden/delta-golden"
+SPEC = Path(os.environ["DELTA_SHARED_DIR"]) / "protocol/003_51b5c166d670ae37.txt"
 UTC = dt.UTC
 
 
