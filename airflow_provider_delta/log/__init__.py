@@ -47,6 +47,7 @@ __all__ = [
     "MetadataChangedError",
     "ProtocolChangedError",
     "RemoveFile",
+    "RetentionTooShortError",
     "Transaction",
     "UnsafeStorageError",
     "CorruptLogError",

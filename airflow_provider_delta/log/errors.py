@@ -94,3 +94,7 @@ class ConcurrentDeleteDeleteError(ConcurrentModificationError):
 
 class ConcurrentTransactionError(ConcurrentModificationError):
     """A concurrent commit recorded progress for an application id this transaction depends on."""
+
+
+class RetentionTooShortError(DeltaError):
+    """VACUUM was asked for a retention shorter than the table's ``delta.deletedFileRetentionDuration``."""

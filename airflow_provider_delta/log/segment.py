@@ -16,10 +16,10 @@ from .storage import FileMeta, LogStore
 
 log = logging.getLogger(__name__)
 
-_COMMIT = re.compile(r"^(\d{20})\.json$")
-_CLASSIC = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
-_MULTI = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
-_V2 = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
+COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+CLASSIC_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+MULTI_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
+V2_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
 # How far back each listing reaches when looking for a checkpoint before a time-travel target.
 _BACKWARD_CHUNK = 1000
 
@@ -55,20 +55,20 @@ def commit_name(version: int) -> str:
 
 
 def commit_version(name: str) -> int | None:
-    m = _COMMIT.match(name)
+    m = COMMIT_RE.match(name)
     return int(m.group(1)) if m else None
 
 
-def _group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
+def group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
     """Complete checkpoints by version; incomplete multi-part sets are dropped ("Checkpoints")."""
     parts: dict[tuple[int, int], dict[int, FileMeta]] = {}
     found: dict[int, list[Checkpoint]] = {}
     for f in files:
-        if m := _CLASSIC.match(f.name):
+        if m := CLASSIC_RE.match(f.name):
             found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "classic", (f,)))
-        elif m := _V2.match(f.name):
+        elif m := V2_RE.match(f.name):
             found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "v2", (f,)))
-        elif m := _MULTI.match(f.name):
+        elif m := MULTI_RE.match(f.name):
             version, part, total = int(m.group(1)), int(m.group(2)), int(m.group(3))
             parts.setdefault((version, total), {})[part] = f
     for (version, total), got in parts.items():
@@ -127,7 +127,7 @@ class SegmentBuilder:
         self, files: list[FileMeta], version: int | None, exclude: frozenset[int], start: int
     ) -> LogSegment | None:
         commits = {v: f for f in files if (v := commit_version(f.name)) is not None}
-        checkpoints = _group_checkpoints(files)
+        checkpoints = group_checkpoints(files)
         latest = max(list(commits) + list(checkpoints), default=None)
         if latest is None:
             return None
@@ -156,7 +156,7 @@ class SegmentBuilder:
 
     def _raise_unreconstructable(self, files: list[FileMeta], version: int | None) -> None:
         commits = sorted(v for f in files if (v := commit_version(f.name)) is not None)
-        if not commits and not _group_checkpoints(files):
+        if not commits and not group_checkpoints(files):
             raise TableNotFoundError(
                 f"no Delta table at {self.store.uri}: {self.store.log_path} has no commits"
             )

@@ -43,7 +43,7 @@ def _to_ms(value: Any) -> int:
     return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def _mtime_of(info: dict[str, Any]) -> int:
+def mtime_of(info: dict[str, Any]) -> int:
     for key in ("mtime", "LastModified", "last_modified", "created", "updated"):
         if key in info and info[key] is not None:
             return _to_ms(info[key])
@@ -116,7 +116,7 @@ class LogStore:
             if e.get("type") == "directory":
                 continue
             name = posixpath.basename(e["name"].rstrip("/"))
-            out.append(FileMeta(name, int(e.get("size") or 0), _mtime_of(e)))
+            out.append(FileMeta(name, int(e.get("size") or 0), mtime_of(e)))
         return out
 
     def _list_local(self) -> list[FileMeta]:
@@ -211,7 +211,7 @@ class LogStore:
 
     def info(self, path: str) -> FileMeta:
         info = self.fs.info(path)
-        return FileMeta(posixpath.basename(path), int(info.get("size") or 0), _mtime_of(info))
+        return FileMeta(posixpath.basename(path), int(info.get("size") or 0), mtime_of(info))
 
     def open_input_file(self, path: str):
         """A seekable file object for Parquet readers."""

@@ -133,6 +133,7 @@ class Transaction:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         user_metadata: str | None = None,
         auto_checkpoint: bool = True,
+        operation_metrics: Mapping[str, Any] | None = None,
     ) -> CommitResult:
         """Commit as the next version; retry past concurrent commits that do not conflict.
 
@@ -155,7 +156,9 @@ class Transaction:
             ict = None
             if self._ict_enabled():  # each in-commit timestamp must exceed the previous one
                 ict = _now_ms() if previous_ict is None else max(_now_ms(), previous_ict + 1)
-            data = self._serialise(operation, operation_parameters, txn_id, ict, user_metadata, version)
+            data = self._serialise(
+                operation, operation_parameters, txn_id, ict, user_metadata, version, operation_metrics
+            )
             outcome = self._put(version, data, txn_id)
             if outcome == "ours":
                 self._committed = True
@@ -273,6 +276,7 @@ class Transaction:
         ict: int | None,
         user_metadata: str | None,
         version: int,
+        metrics: Mapping[str, Any] | None = None,
     ) -> bytes:
         info: dict[str, Any] = {}
         if ict is not None:
@@ -286,6 +290,8 @@ class Transaction:
             info["readVersion"] = self.snapshot.version
         info["isolationLevel"] = self.isolation
         info["isBlindAppend"] = self._is_blind_append()
+        if metrics:
+            info["operationMetrics"] = {k: str(v) for k, v in metrics.items()}  # strings, as Delta Spark
         if user_metadata is not None:
             info["userMetadata"] = user_metadata
         info["engineInfo"] = ENGINE_INFO

@@ -9,14 +9,10 @@ a path in the log that points elsewhere (absolute, ``..``, another bucket) can n
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import os
 import posixpath
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow_utils import decode_uri_paths
-from .errors import CorruptLogError, DeltaError
+from .cleanup import Progress, delete_paths
+from .errors import CorruptLogError, DeltaError, RetentionTooShortError
 from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
 from .protocol import check_write_supported
 from .snapshot import Snapshot, load_snapshot
-from .storage import LogStore, _mtime_of
+from .storage import LogStore, mtime_of
 
 if TYPE_CHECKING:
     from .table import DeltaTable
@@ -38,7 +35,6 @@ log = logging.getLogger(__name__)
 
 VACUUM_LOGGING = "delta.vacuum.logging.enabled"
 _HOUR_MS = 3_600_000
-_S3_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 _SCHEME = r"^[A-Za-z][A-Za-z0-9+.\-]*:"
 _DOT_SEGMENTS = r"(^|/)\.\.?(/|$)|//"
 _Z85 = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -47,12 +43,6 @@ _Z85_VALUE[np.frombuffer(_Z85, np.uint8)] = np.arange(85, dtype=np.uint8)
 _POW85 = 85 ** np.arange(4, -1, -1, dtype=np.uint64)
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 _UUID_HEX_POS = [i for i in range(36) if i not in (8, 13, 18, 23)]
-
-Progress = Callable[[int, int], None]
-
-
-class RetentionTooShortError(DeltaError):
-    """VACUUM was asked for a retention shorter than the table's ``delta.deletedFileRetentionDuration``."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +72,8 @@ def vacuum(
         table's property (7 days). Shorter than the property raises :class:`RetentionTooShortError` unless
         ``enforce_retention_duration=False``.
     :param dry_run: only list what would be deleted.
+    :param now_ms: the current time (ms since the epoch), for tests and replays.
+    :param max_workers: deletions in flight (S3: DeleteObjects requests of 1000 keys; else files).
     :param progress: called as ``progress(deleted, total)`` after each deleted batch.
     """
     started = time.monotonic()
@@ -116,7 +108,7 @@ def vacuum(
     try:
         full = [f"{store.root}/{f}" for f in files]
         delete_paths(store, full, store.root, max_workers=max_workers, progress=progress)
-    except BaseException:
+    except Exception:
         if logged:
             _end(table, "FAILED", 0, listed)
         raise
@@ -301,7 +293,10 @@ def _walk_local(root: str, partition_columns: tuple[str, ...]) -> tuple[list[str
                 if not is_hidden(e.name, partition_columns):
                     stack.append(rel)
             elif e.is_file(follow_symlinks=False):
-                st = e.stat(follow_symlinks=False)
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:  # deleted since the directory was read
+                    continue
                 paths.append(rel)
                 sizes.append(st.st_size)
                 mtimes.append(st.st_mtime_ns // 1_000_000)
@@ -321,74 +316,14 @@ def _find(store: LogStore) -> tuple[list[str], list[int], list[int]]:
             continue
         paths.append(name[len(prefix) :])
         sizes.append(int(info.get("size") or 0))
-        mtimes.append(_mtime_of(info))
+        mtimes.append(mtime_of(info))
     return paths, sizes, mtimes
-
-
-# -- deleting ---------------------------------------------------------------------------------------------
-def delete_paths(
-    store: LogStore, paths: list[str], under: str, *, max_workers: int = 8, progress: Progress | None = None
-) -> None:
-    """Delete ``paths`` (full paths, each under the folder ``under``) in batches, ``max_workers`` at a
-    time, in list order when ``max_workers`` is 1. S3 deletes 1000 keys per DeleteObjects request; other
-    stores per file. A file already gone counts as deleted; any other failure stops the run and is raised."""
-    prefix = under.rstrip("/") + "/"
-    bad = [p for p in paths if not p.startswith(prefix) or "/../" in p[len(prefix) - 1 :]]
-    if bad:
-        raise AssertionError(f"refusing to delete {bad[0]}: not under {under}")
-    total = len(paths)
-    s3 = store.protocol in ("s3", "s3a") and hasattr(store.fs, "call_s3")
-    size = _S3_BATCH if s3 else max(1, min(1000, math.ceil(total / (max_workers * 8))))
-    batches = [paths[i : i + size] for i in range(0, total, size)]
-    done = 0
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(batches)))) as pool:
-        futures = [pool.submit(_s3_delete if s3 else _delete_each, store, b) for b in batches]
-        try:
-            for fut in as_completed(futures):
-                done += fut.result()
-                log.debug("deleted %d of %d files under %s", done, total, under)
-                if progress is not None:
-                    progress(done, total)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-    if store.protocol not in ("file", "local"):
-        store.fs.invalidate_cache(under)
-    log.info("deleted %d files under %s", total, under)
-
-
-def _delete_each(store: LogStore, batch: list[str]) -> int:
-    for path in batch:
-        with contextlib.suppress(FileNotFoundError):
-            store.fs.rm_file(path)
-    return len(batch)
-
-
-def _s3_delete(store: LogStore, batch: list[str]) -> int:
-    # DeleteObjects directly: fs.rm would expand glob characters ("[", "*", "?") in keys into other keys.
-    bucket = batch[0].split("/", 1)[0]
-    objects = [{"Key": p.split("/", 1)[1]} for p in batch]
-    resp = store.fs.call_s3("delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
-    errors = resp.get("Errors") or []
-    if errors:
-        e = errors[0]
-        raise OSError(
-            f"S3 did not delete {len(errors)} of {len(batch)} objects, e.g. {e.get('Key')}: "
-            f"{e.get('Code')} {e.get('Message')}"
-        )
-    return len(batch)
 
 
 # -- recording in the log ------------------------------------------------------------------------------
 def _commit(table: DeltaTable, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> None:
-    """An empty commit (commitInfo only) as Delta Spark writes for VACUUM START/END."""
-    import inspect
-
-    txn = table.transaction()
-    extra: dict[str, Any] = {}
-    if "operation_metrics" in inspect.signature(txn.commit).parameters:
-        extra["operation_metrics"] = {k: str(v) for k, v in metrics.items()}
-    txn.commit(operation, params, **extra)
+    """An empty commit (commitInfo only) with operationMetrics, as Delta Spark writes VACUUM START/END."""
+    table.transaction().commit(operation, params, operation_metrics=metrics, auto_checkpoint=False)
 
 
 def _end(table: DeltaTable, status: str, deleted: int, listed: pa.Table) -> None:
