@@ -5,6 +5,7 @@ Kept apart so the protocol modules read as protocol, not as Arrow plumbing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import unquote
 
 import numpy as np
@@ -77,21 +78,26 @@ def struct_to_map(arr: pa.StructArray, *, drop_nulls: bool) -> pa.MapArray:
     )
 
 
-def decode_uri_paths(paths: pa.Array) -> pa.Array:
-    """Decode RFC 2396 escapes in action paths ("Add File and Remove File": the path is a URI).
-
-    Only rows that contain ``%`` are decoded in Python; the common case stays a zero-copy Arrow array.
-    """
-    if isinstance(paths, pa.ChunkedArray):
-        paths = paths.combine_chunks()
-    has_escape = pc.fill_null(pc.match_substring(paths, "%"), False)
-    if not pc.any(has_escape).as_py():
-        return paths
-    positions = np.flatnonzero(has_escape.to_numpy(zero_copy_only=False))
-    decoded = [unquote(p) for p in paths.take(pa.array(positions)).to_pylist()]
-    out = paths.to_numpy(zero_copy_only=False).copy()
-    out[positions] = decoded
+def _map_matching(strings: pa.Array, matches: pa.Array, fn: Callable[[str], str]) -> pa.Array:
+    """Apply ``fn`` to the rows where ``matches`` holds, in Python; the rest stay Arrow, zero-copy when
+    no row matches (the common case for paths)."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    if isinstance(matches, pa.ChunkedArray):
+        matches = matches.combine_chunks()
+    matches = pc.fill_null(matches, False)
+    if not pc.any(matches).as_py():
+        return strings
+    positions = np.flatnonzero(matches.to_numpy(zero_copy_only=False))
+    changed = [fn(s) for s in strings.take(pa.array(positions)).to_pylist()]
+    out = strings.to_numpy(zero_copy_only=False).copy()
+    out[positions] = changed
     return pa.array(out, pa.string())
+
+
+def decode_uri_paths(paths: pa.Array) -> pa.Array:
+    """Decode RFC 2396 escapes in action paths ("Add File and Remove File": the path is a URI)."""
+    return _map_matching(paths, pc.match_substring(paths, "%"), unquote)
 
 
 _PATH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-!.~'()*,;:$&+=/@")
@@ -114,15 +120,5 @@ def encode_uri_path(path: str) -> str:
 
 def encode_uri_paths(paths: pa.Array) -> pa.Array:
     """``encode_uri_path`` over an Arrow array; only rows with a character to escape go through Python."""
-    if isinstance(paths, pa.ChunkedArray):
-        paths = paths.combine_chunks()
-    needs = pc.fill_null(
-        pc.match_substring_regex(paths, r"[^A-Za-z0-9_\-!.~'()*,;:$&+=/@\x{80}-\x{10FFFF}]"), False
-    )
-    if not pc.any(needs).as_py():
-        return paths
-    positions = np.flatnonzero(needs.to_numpy(zero_copy_only=False))
-    encoded = [encode_uri_path(p) for p in paths.take(pa.array(positions)).to_pylist()]
-    out = paths.to_numpy(zero_copy_only=False).copy()
-    out[positions] = encoded
-    return pa.array(out, pa.string())
+    unsafe = pc.match_substring_regex(paths, r"[^A-Za-z0-9_\-!.~'()*,;:$&+=/@\x{80}-\x{10FFFF}]")
+    return _map_matching(paths, unsafe, encode_uri_path)
