@@ -28,7 +28,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [_modules("hooks.delta")],
-        "operators": [_modules("operators.commit")],
+        "operators": [_modules("operators.commit", "operators.create", "operators.maintenance")],
         "sensors": [_modules("sensors.delta")],
         "triggers": [_modules("triggers.delta")],
         "connection-types": [

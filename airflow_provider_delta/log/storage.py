@@ -128,9 +128,12 @@ class LogStore:
         out = []
         with it:
             for e in it:
-                if e.is_file():
-                    st = e.stat()
-                    out.append(FileMeta(e.name, st.st_size, st.st_mtime_ns // 1_000_000))
+                try:
+                    if e.is_file():
+                        st = e.stat()
+                        out.append(FileMeta(e.name, st.st_size, st.st_mtime_ns // 1_000_000))
+                except FileNotFoundError:
+                    continue  # a concurrent writer's temporary file, renamed away since the scan
         return out
 
     def _list_s3(self, start_key: str) -> list[FileMeta]:

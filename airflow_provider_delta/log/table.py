@@ -118,12 +118,13 @@ class DeltaTable:
         name: str | None = None,
         description: str | None = None,
         allow_unsafe_storage: bool = False,
+        filesystem: fsspec.AbstractFileSystem | None = None,
     ) -> DeltaTable:
         """Create a table: version 0 with the lowest protocol its features need (see ``creation``)."""
         from .creation import initial_actions
         from .transaction import Transaction
 
-        table = cls(uri, storage_options)
+        table = cls(uri, storage_options, filesystem=filesystem)
         protocol, metadata = initial_actions(
             schema, partition_by or [], configuration or {}, name, description
         )

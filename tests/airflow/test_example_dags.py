@@ -1,0 +1,197 @@
+"""Every example DAG in dags_examples/ imports cleanly and runs to success with dag.test().
+
+dag.test() only runs DAGs from the configured dags folder, so the examples are copied there; their tables
+go under tmp_path through DELTA_EXAMPLE_ROOT, which the examples read when they are parsed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import deltalake
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_delta.log import AddFile, DeltaTable
+from airflow_provider_delta.triggers.delta import DeltaTableWatcherTrigger
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
+DAG_IDS = {"delta_ingest", "delta_downstream", "delta_asset_watch", "delta_maintenance"}
+DAYS = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
+
+
+@pytest.fixture
+def examples(dags_folder: Path, tmp_path: Path, monkeypatch) -> Iterator[Callable[[str], ModuleType]]:
+    """Copies of the examples in the dags folder; ``load(name)`` imports one with its tables in tmp_path."""
+    monkeypatch.setenv("DELTA_EXAMPLE_ROOT", str(tmp_path / "tables"))
+    monkeypatch.delenv("DELTA_EXAMPLE_CONN_ID", raising=False)
+    copies = [Path(shutil.copy(p, dags_folder / p.name)) for p in sorted(EXAMPLES.glob("*.py"))]
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(
+            f"example_{name}_{uuid.uuid4().hex}", dags_folder / f"{name}.py"
+        )
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for path in copies:
+        path.unlink(missing_ok=True)
+
+
+def _xcom(run, task_id: str, map_index: int = -1):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    query = XComModel.get_many(
+        run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, map_indexes=map_index, key="return_value"
+    )
+    with create_session() as session:
+        row = session.scalars(query).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def _test(module: ModuleType, day: dt.datetime):
+    run = module.dag.test(logical_date=day)
+    assert run.state == "success", f"{module.dag.dag_id} {day.date()}: {run.state}"
+    return run
+
+
+def test_every_example_imports_into_a_dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    bag = DagBag(dag_folder=str(EXAMPLES))
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == DAG_IDS
+    for dag in bag.dags.values():
+        assert DagSerialization.from_dict(DagSerialization.to_dict(dag)).dag_id == dag.dag_id
+
+
+def test_ingest_downstream_and_maintenance_run(examples, tmp_path: Path):
+    ingest, downstream, maintenance = (
+        examples("delta_ingest"),
+        examples("delta_downstream"),
+        examples("delta_maintenance"),
+    )
+    table = str(tmp_path / "tables" / "events")
+    expected = {day.date(): ingest.day_rows(day.date()).num_rows for day in DAYS}
+    for day in DAYS:
+        run = _test(ingest, day)
+        assert _xcom(run, "commit") == DAYS.index(day) + 1
+    # A re-run of a day already loaded (a clear, a retry) commits nothing; its new file stays unreferenced.
+    run = _test(ingest, DAYS[1])
+    assert _xcom(run, "commit") == 2
+    snap = DeltaTable(table).snapshot()
+    assert snap.version == 3 and snap.num_files == 3
+    assert snap.app_transactions == {f"airflow/delta_ingest/commit/-1/{d.isoformat()}": 1 for d in DAYS}
+    rows = deltalake.DeltaTable(table).to_pyarrow_table()
+    assert rows.num_rows == sum(expected.values())
+    per_day = rows.group_by("day").aggregate([("event_id", "count")]).to_pydict()
+    assert dict(zip(per_day["day"], per_day["event_id_count"], strict=True)) == expected
+
+    for day in DAYS:
+        run = _test(downstream, day)
+        assert _xcom(run, "wait_for_ingest") == 3
+        summary = _xcom(run, "summarize")
+        assert summary == {
+            "version": 3,
+            "files": 3,
+            "rows": sum(expected.values()),
+            "day_files": 1,
+            "day_rows": expected[day.date()],
+        }
+
+    run = _test(maintenance, DAYS[-1])
+    assert _xcom(run, "maintain.checkpoint", 0)["version"] == 3
+    assert _xcom(run, "maintain.vacuum", 0)["num_files"] == 0  # the re-run's orphan is younger than 7 days
+    assert _xcom(run, "maintain.cleanup_logs", 0) == []
+    assert deltalake.DeltaTable(table).to_pyarrow_table().num_rows == sum(expected.values())
+
+
+def test_maintenance_maps_over_the_tables_variable(examples, tmp_path: Path, monkeypatch):
+    tables = [str(tmp_path / name) for name in ("a", "b")]
+    for uri in tables:
+        deltalake.write_deltalake(uri, pa.table({"id": [1, 2]}))
+    monkeypatch.setenv("AIRFLOW_VAR_DELTA_MAINTENANCE_TABLES", f'["{tables[0]}", "{tables[1]}"]')
+    run = _test(examples("delta_maintenance"), DAYS[0])
+    for i, uri in enumerate(tables):
+        assert _xcom(run, "maintain.checkpoint", i) == {**_xcom(run, "maintain.checkpoint", i), "version": 0}
+        assert (Path(uri) / "_delta_log" / f"{0:020d}.checkpoint.parquet").exists()
+        assert deltalake.DeltaTable(uri).to_pyarrow_table().num_rows == 2
+
+
+def test_downstream_defers_until_the_day_lands(examples, tmp_path: Path):
+    """The sensor defers (dag.test runs the trigger in line) and wakes when the ingest's appId lands."""
+    ingest, downstream = examples("delta_ingest"), examples("delta_downstream")
+    _test(ingest, DAYS[0])
+    day = DAYS[1]
+    downstream.dag.get_task("wait_for_ingest").poke_interval = 0.2
+    table = DeltaTable(ingest.TABLE)
+
+    def land() -> None:  # what the ingest's commit does for the day, done by hand a moment later
+        rel = f"day={day.date()}/part-{uuid.uuid4()}.parquet"
+        (tmp_path / "tables" / "events" / f"day={day.date()}").mkdir()
+        pq.write_table(ingest.day_rows(day.date()), tmp_path / "tables" / "events" / rel)
+        txn = table.transaction()
+        txn.add_files([AddFile.from_file(txn.snapshot, rel, {"day": str(day.date())})])
+        txn.set_app_transaction(f"airflow/delta_ingest/commit/-1/{day.isoformat()}", 1).commit()
+
+    timer = threading.Timer(1.5, land)
+    started = time.monotonic()
+    timer.start()
+    try:
+        run = _test(downstream, day)
+    finally:
+        timer.join()
+    assert time.monotonic() - started >= 1.5
+    assert _xcom(run, "wait_for_ingest") == 2
+    assert _xcom(run, "summarize")["day_rows"] == ingest.day_rows(day.date()).num_rows
+
+
+def test_asset_watch_trigger_watches_the_clicks_table(examples, tmp_path: Path):
+    module = examples("delta_asset_watch")
+    (watcher,) = module.clicks.watchers
+    trigger = watcher.trigger
+    assert isinstance(trigger, DeltaTableWatcherTrigger)
+    assert trigger.table_uri == str(tmp_path / "tables" / "clicks")
+    assert module.clicks.uri == f"file://{tmp_path}/tables/clicks"
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_provider_delta.triggers.delta.DeltaTableWatcherTrigger"
+    assert kwargs["table_uri"] == trigger.table_uri and kwargs["data_changes_only"] is True
+    assert list(module.dag.timetable.asset_condition.objects) == [module.clicks]
+
+
+def test_asset_watch_runs_without_a_triggering_event(examples, tmp_path: Path):
+    """A manual run (no triggering asset event) reads the latest version, or None before the table exists."""
+    module = examples("delta_asset_watch")
+    run = _test(module, DAYS[0])
+    assert _xcom(run, "on_new_version") is None
+    deltalake.write_deltalake(str(tmp_path / "tables" / "clicks"), pa.table({"id": [1]}))
+    deltalake.write_deltalake(str(tmp_path / "tables" / "clicks"), pa.table({"id": [2]}), mode="append")
+    run = _test(module, DAYS[1])
+    assert _xcom(run, "on_new_version") == 1
+
+
+def test_asset_watch_reads_versions_from_events(examples):
+    module = examples("delta_asset_watch")
+    events = [
+        SimpleNamespace(
+            extra={"from_trigger": True, "payload": {"table_uri": "t", "version": 7, "previous": 6}}
+        ),
+        SimpleNamespace(extra={"version": 9, "operation": "WRITE"}),  # a DeltaCommitOperator's outlet event
+        SimpleNamespace(extra={}),
+    ]
+    assert module.event_versions(events) == [7, 9]
+    assert module.event_versions(None) == []
