@@ -171,10 +171,30 @@ def _isolate_aws_env(mp: pytest.MonkeyPatch) -> None:
         mp.setenv(name, ",".join(filter(None, [os.environ.get(name), "127.0.0.1", "localhost"])))
 
 
+def _atomic_conditional_puts(mp: pytest.MonkeyPatch) -> None:
+    """Make moto's ``If-None-Match: *`` check and its write one atomic step, as on AWS.
+
+    moto 5.2's ``S3Response.put_object`` looks the key up and later stores the object, holding nothing in
+    between, so two requests on two server threads could both pass the check: the test double's race, not
+    the code under test's. One lock around the handler gives S3's guarantee.
+    """
+    from moto.s3.responses import S3Response
+
+    original = S3Response.put_object
+    lock = threading.Lock()
+
+    def put_object(self: Any) -> Any:
+        with lock:
+            return original(self)
+
+    mp.setattr(S3Response, "put_object", put_object)
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     with pytest.MonkeyPatch.context() as mp:
         _isolate_aws_env(mp)
+        _atomic_conditional_puts(mp)
         log = RequestLog()
         server, thread = _serve(log)
         endpoint = f"http://127.0.0.1:{server.server_port}"

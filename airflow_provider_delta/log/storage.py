@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import threading
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -223,6 +224,7 @@ class LogStore:
 
 # Backends whose fsspec ``pipe_file(..., mode="create")`` is an atomic create-if-absent: S3 sends
 # ``If-None-Match: *``, memory checks under a lock. Local disk uses a hard link instead (see put_if_absent).
+_MEMORY_CREATE_LOCK = threading.Lock()
 _ATOMIC_CREATE = frozenset({"s3", "s3a", "memory"})
 
 
@@ -248,6 +250,11 @@ def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool
             os.link(tmp, path)
         finally:
             os.unlink(tmp)
+        return
+    if store.protocol == "memory":
+        # fsspec's memory filesystem checks and stores in two steps: one process-wide lock makes it atomic.
+        with _MEMORY_CREATE_LOCK:
+            store.fs.pipe_file(path, data, mode="create")
         return
     if store.protocol in _ATOMIC_CREATE:
         store.fs.pipe_file(path, data, mode="create")
