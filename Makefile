@@ -21,9 +21,9 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PYSPARK_PYTHON := $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 
-.PHONY: test lint demo bench sync uv clean distclean
+.PHONY: test lint demo bench sync uv clean distclean tools
 
-test: lint
+test: lint tools
 	$(UV_RUN) pytest $(PYTEST_ARGS)
 
 lint: sync
@@ -62,6 +62,29 @@ uv:
 	  || $(PYTHON) -m pip install --user --break-system-packages uv \
 	  || $(PYTHON) -m pip install uv; \
 	$(PYTHON) -m uv --version
+
+# Cloud emulators for the GCS and Azure tests (tests/log/conftest.py), installed into .tools/ from the Go module
+# proxy and npm; rerunning costs two file tests. Without Go or Node, or when an install fails, this warns and goes
+# on: the emulator tests then fail naming what is missing. DELTA_SKIP_EMULATORS=1 skips installs and those tests.
+FAKE_GCS_SERVER_VERSION := v1.56.1
+# The last Azurite that runs on Node 20 (3.36 requires Node >= 21).
+AZURITE_VERSION := 3.35.0
+TOOLS := $(CURDIR)/.tools
+
+tools:
+	@if [ "$${DELTA_SKIP_EMULATORS:-}" = 1 ]; then echo "DELTA_SKIP_EMULATORS=1: emulators not installed"; exit 0; fi; \
+	stamp=$(TOOLS)/.fake-gcs-server-$(FAKE_GCS_SERVER_VERSION); \
+	if [ -f "$$stamp" ] && [ -x $(TOOLS)/bin/fake-gcs-server ]; then :; \
+	elif ! command -v go >/dev/null 2>&1; then echo "WARNING: go not found: GCS emulator tests will fail" >&2; \
+	else echo "installing fake-gcs-server $(FAKE_GCS_SERVER_VERSION) with go install (first time: a few minutes)"; \
+	  if GOBIN=$(TOOLS)/bin go install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_SERVER_VERSION); \
+	  then touch "$$stamp"; else echo "WARNING: go install of fake-gcs-server failed" >&2; fi; fi; \
+	stamp=$(TOOLS)/.azurite-$(AZURITE_VERSION); \
+	if [ -f "$$stamp" ] && [ -x $(TOOLS)/node_modules/.bin/azurite-blob ]; then :; \
+	elif ! command -v npm >/dev/null 2>&1; then echo "WARNING: npm not found: Azure emulator tests will fail" >&2; \
+	else echo "installing Azurite $(AZURITE_VERSION) with npm"; \
+	  if npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION); \
+	  then touch "$$stamp"; else echo "WARNING: npm install of Azurite failed" >&2; fi; fi
 
 clean:
 	rm -rf .pytest_cache .ruff_cache build dist *.egg-info spark-warehouse metastore_db derby.log \

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from .segment import LogSegment
 from .storage import FileMeta, LogStore
 
 _KEY_SEP = "\x00"  # separates path and deletion-vector id in a file's reconciliation key
+_MAX_CHUNKS = 64
 
 
 class CheckpointReadError(Exception):
@@ -394,24 +395,23 @@ def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
     return adds.take(pa.array(win_adds)), removes.take(pa.array(win_removes))
 
 
-def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> TableState:
-    """Reconstruct the state of ``segment``; ``commit_data`` holds its commit files' bytes, in order.
-
-    The commits are read first (they are small): the keys they touch let the checkpoint be streamed and
-    filtered as it is read, as delta-kernel-rs does, instead of being materialised and filtered after.
-    """
+def _parse_commits(store: LogStore, commits: tuple[FileMeta, ...], datas: list[bytes]) -> _Actions:
     new = _Actions()
     chunks = [
-        (_commit_version(f), store.log_file(f.name), data)
-        for f, data in zip(segment.commits, commit_data, strict=True)
+        (_commit_version(f), store.log_file(f.name), data) for f, data in zip(commits, datas, strict=True)
     ]
     parse_json_actions(new, chunks)
-    commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
-    touched = None
-    if commit_adds.num_rows + commit_removes.num_rows:
-        touched = pa.concat_arrays([_keys(commit_adds), _keys(commit_removes)]).unique()
-    base = _Actions()
-    read_checkpoint(base, store, segment, touched)
+    return new
+
+
+def _touched(adds: pa.Table, removes: pa.Table) -> pa.Array | None:
+    if adds.num_rows + removes.num_rows == 0:
+        return None
+    return pa.concat_arrays([_keys(adds), _keys(removes)]).unique()
+
+
+def _merge(base: _Actions, new: _Actions, commit_adds: pa.Table, commit_removes: pa.Table) -> TableState:
+    """``base`` (reconciled, without the keys the commits touch) overlaid with the commits' actions."""
     win_adds, win_removes = reconcile(commit_adds, commit_removes)
     files = _concat([*base.adds, win_adds.drop_columns(["_version"])], ADD, versioned=False)
     tombstones = _concat([*base.removes, win_removes.drop_columns(["_version"])], REMOVE, versioned=False)
@@ -425,6 +425,42 @@ def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> Ta
         tombstones=tombstones,
         commit_infos=new.commit_infos,
     )
+
+
+def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> TableState:
+    """Reconstruct the state of ``segment``; ``commit_data`` holds its commit files' bytes, in order.
+
+    The commits are read first (they are small): the keys they touch let the checkpoint be streamed and
+    filtered as it is read, as delta-kernel-rs does, instead of being materialised and filtered after.
+    """
+    new = _parse_commits(store, segment.commits, commit_data)
+    commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
+    base = _Actions()
+    read_checkpoint(base, store, segment, _touched(commit_adds, commit_removes))
+    return _merge(base, new, commit_adds, commit_removes)
+
+
+def apply_commits(
+    state: TableState, store: LogStore, commits: tuple[FileMeta, ...], commit_data: list[bytes]
+) -> TableState:
+    """The state after further ``commits``, from an already reconciled ``state`` (incremental update)."""
+    new = _parse_commits(store, commits, commit_data)
+    commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
+    touched = _touched(commit_adds, commit_removes)
+    drop = (lambda t: t) if touched is None else (lambda t: _drop_keys(t, touched))
+    base = _Actions(
+        adds=[drop(state.files)],
+        removes=[drop(state.tombstones)],
+        protocol=state.protocol,
+        metadata=state.metadata,
+        txns=dict(state.txns),
+        domains=dict(state.domains),
+    )
+    state = _merge(base, new, commit_adds, commit_removes)
+    if state.files.num_columns and state.files.column(0).num_chunks > _MAX_CHUNKS:
+        # Each update appends chunks; compact now and then so lookups stay one pass over one array.
+        state = replace(state, files=state.files.combine_chunks())
+    return state
 
 
 def _commit_version(f: FileMeta) -> int:

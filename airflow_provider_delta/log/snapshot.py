@@ -25,8 +25,8 @@ from .properties import (
     interval_property_ms,
 )
 from .protocol import check_read_supported
-from .replay import CheckpointReadError, TableState, replay
-from .segment import LogSegment, SegmentBuilder, commit_name
+from .replay import CheckpointReadError, TableState, apply_commits, replay
+from .segment import LogSegment, SegmentBuilder, commit_name, commit_version
 from .storage import LogStore
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,35 @@ def load_snapshot(store: LogStore, version: int | None = None, *, now_ms: int | 
             continue
         return _from_state(store, segment, state, now_ms)
     raise CorruptLogError(f"no readable checkpoint for {store.uri} after {len(excluded)} attempts")
+
+
+def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
+    """The latest snapshot, built from ``snap`` plus the commits after it (only those are read).
+
+    One listing from ``snap.version + 1`` when nothing is new. A gap after ``snap`` (its next commit is
+    gone, e.g. cleaned up) falls back to a full load.
+    """
+    store = snap.store
+    listed = [f for f in store.list_log(snap.version + 1) if commit_version(f.name) is not None]
+    new = []
+    for f in listed:
+        if commit_version(f.name) == snap.version + 1 + len(new):
+            new.append(f)
+    if not new:
+        return snap if not listed else load_snapshot(store, now_ms=now_ms)
+    datas = store.read_log_files(f.name for f in new)
+    base = TableState(
+        snap.protocol,
+        snap.metadata,
+        snap.app_transaction_actions,
+        snap.domain_metadata,
+        snap.files,
+        snap.tombstones,
+        {},
+    )
+    state = apply_commits(base, store, tuple(new), datas)
+    segment = LogSegment(snap.version + len(new), snap.segment.checkpoint, snap.segment.commits + tuple(new))
+    return _from_state(store, segment, state, now_ms)
 
 
 def _from_state(store: LogStore, segment: LogSegment, state: TableState, now_ms: int | None) -> Snapshot:

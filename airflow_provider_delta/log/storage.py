@@ -1,7 +1,7 @@
 """Storage behind one small interface: the only module that knows which backend a table lives on.
 
 As in delta-kernel-rs, everything above this module sees a :class:`LogStore` that lists the log from a
-version, reads files and answers existence; local, memory and S3 differ only here.
+version, reads files and answers existence; local, memory, S3, GCS and Azure differ only here.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+from fsspec.asyn import sync
 
 LOG_DIR = "_delta_log"
+_GCS = frozenset({"gs", "gcs"})
+_AZURE = frozenset({"abfs", "abfss", "az"})
 # Parallel reads of small log files: object stores answer each in tens of milliseconds.
 _READ_THREADS = 16
 
@@ -54,7 +57,8 @@ def mtime_of(info: dict[str, Any]) -> int:
 class LogStore:
     """Access to one table's root and ``_delta_log`` over an fsspec filesystem.
 
-    :param uri: table root: a local path, ``file://``, ``memory://``, ``s3://`` or any fsspec URL.
+    :param uri: table root: a local path, ``file://``, ``memory://``, ``s3://``, ``gs://``, ``abfs://``
+        (``az://``) or any fsspec URL.
     :param storage_options: passed to the fsspec filesystem (credentials, endpoint, ...).
     :param filesystem: an fsspec filesystem to use instead of building one from ``storage_options``.
     """
@@ -91,12 +95,14 @@ class LogStore:
         """All files of ``_delta_log`` whose name sorts at or after ``start_version``, sorted by name.
 
         Names in the log are zero-padded to 20 digits, so a lexicographic start position is a version
-        position ("Last Checkpoint File"). S3 lists with ``StartAfter`` so a long log is not listed whole;
-        other backends list the directory and filter.
+        position ("Last Checkpoint File"). S3 lists with ``StartAfter`` and GCS with ``startOffset`` so a
+        long log is not listed whole; other backends (Azure included) list the directory and filter.
         """
         start_key = f"{start_version:020d}"
         if self.protocol in ("s3", "s3a") and hasattr(self.fs, "call_s3"):
             files = self._list_s3(start_key)
+        elif self.protocol in _GCS and hasattr(self.fs, "call"):
+            files = self._list_gcs(start_key)
         else:
             files = self._list_generic()
         out = [f for f in files if f.name >= start_key]
@@ -107,7 +113,10 @@ class LogStore:
         if self.protocol in ("file", "local"):
             return self._list_local()
         try:
-            entries = self.fs.ls(self.log_path, detail=True, refresh=True)
+            if self.protocol in _AZURE:  # adlfs ignores refresh=; a cached listing would hide new commits
+                entries = self.fs.ls(self.log_path, detail=True, invalidate_cache=True)
+            else:
+                entries = self.fs.ls(self.log_path, detail=True, refresh=True)
         except TypeError:
             entries = self.fs.ls(self.log_path, detail=True)
         except FileNotFoundError:
@@ -153,6 +162,21 @@ class LogStore:
                 return out
             kwargs["ContinuationToken"] = resp["NextContinuationToken"]
 
+    def _list_gcs(self, start_key: str) -> list[FileMeta]:
+        # The JSON API's objects.list through gcsfs's raw ``call``: gcsfs's own ls has no start offset.
+        bucket, _, key = self.log_path.partition("/")
+        prefix = key.rstrip("/") + "/"
+        out: list[FileMeta] = []
+        params: dict[str, Any] = {"prefix": prefix, "delimiter": "/", "startOffset": prefix + start_key}
+        while True:
+            page = self.fs.call("GET", "b/{}/o", bucket, json_out=True, **params)
+            for obj in page.get("items", []):
+                name = obj["name"][len(prefix) :]
+                out.append(FileMeta(name, int(obj.get("size") or 0), _to_ms(obj.get("updated"))))
+            if not page.get("nextPageToken"):
+                return out
+            params["pageToken"] = page["nextPageToken"]
+
     # -- reading ------------------------------------------------------------------------------------------
     def read_log_file(self, name: str) -> bytes:
         return self.fs.cat_file(self.log_file(name), **self._cat_kwargs)
@@ -195,8 +219,9 @@ class LogStore:
     def log_file_exists(self, name: str) -> bool:
         """Whether ``_delta_log/name`` exists, in exactly one storage request.
 
-        S3 uses a single HEAD: s3fs's ``exists`` would list the prefix too when the key is missing, and
-        an idle sensor poke must cost one request whatever the log's length.
+        S3 uses a single HEAD, GCS a single metadata GET, Azure a single Get Blob Properties: the fsspec
+        ``exists`` of all three would also list the prefix (as a "directory") when the file is missing,
+        and an idle sensor poke must cost one request whatever the log's length.
         """
         path = self.log_file(name)
         if self.protocol in ("s3", "s3a") and hasattr(self.fs, "call_s3"):
@@ -206,6 +231,15 @@ class LogStore:
                 return True
             except FileNotFoundError:
                 return False
+        if self.protocol in _GCS and hasattr(self.fs, "call"):
+            bucket, _, key = path.partition("/")
+            try:
+                self.fs.call("GET", "b/{}/o/{}", bucket, key, json_out=True)
+                return True
+            except FileNotFoundError:
+                return False
+        if self.protocol in _AZURE and hasattr(self.fs, "service_client"):
+            return sync(self.fs.loop, _azure_blob_exists, self.fs, path)
         if self.protocol in ("file", "local"):
             return os.path.exists(path)
         return self.fs.exists(path)
@@ -222,10 +256,11 @@ class LogStore:
         return self.fs.open(path, "rb")
 
 
-# Backends whose fsspec ``pipe_file(..., mode="create")`` is an atomic create-if-absent: S3 sends
-# ``If-None-Match: *``, memory checks under a lock. Local disk uses a hard link instead (see put_if_absent).
+# Backends whose fsspec ``pipe_file(..., mode="create")`` is an atomic create-if-absent: S3 and Azure (adlfs:
+# overwrite=False) send ``If-None-Match: *``, GCS ``ifGenerationMatch=0`` (gcsfs and adlfs since 2024.12 map
+# the 412/409 to FileExistsError); memory checks under a lock. Local disk hard-links (see put_if_absent).
 _MEMORY_CREATE_LOCK = threading.Lock()
-_ATOMIC_CREATE = frozenset({"s3", "s3a", "memory"})
+_ATOMIC_CREATE = frozenset({"s3", "s3a", "memory"} | _GCS | _AZURE)
 
 
 def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool = False) -> None:
@@ -268,6 +303,12 @@ def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool
     if store.fs.exists(path):
         raise FileExistsError(path)
     store.fs.pipe_file(path, data)
+
+
+async def _azure_blob_exists(fs: Any, path: str) -> bool:
+    container, key, _ = fs.split_path(path)
+    async with fs.service_client.get_blob_client(container, key) as blob:
+        return await blob.exists()
 
 
 def _read_local(path: str) -> bytes:

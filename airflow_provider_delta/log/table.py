@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .history import CommitTimeline, HistoryEntry, list_commits, read_commit_info
 from .properties import ict_enablement_version
 from .segment import commit_name, commit_version
-from .snapshot import Snapshot, load_snapshot
+from .snapshot import Snapshot, load_snapshot, update_snapshot
 from .storage import LogStore
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class DeltaTable:
         filesystem: fsspec.AbstractFileSystem | None = None,
     ) -> None:
         self.store = LogStore(uri, storage_options, filesystem)
+        self._latest: Snapshot | None = None
 
     @property
     def uri(self) -> str:
@@ -74,6 +75,14 @@ class DeltaTable:
             raise ValueError("pass version or timestamp, not both")
         if timestamp is not None:
             version = self.version_at(timestamp)
+        cached = self._latest
+        if version is None:
+            # A handle that has read the table before reads only the commits since (Delta's "update").
+            snap = update_snapshot(cached) if cached is not None else load_snapshot(self.store)
+            self._latest = snap
+            return snap
+        if cached is not None and cached.version == version:
+            return cached
         return load_snapshot(self.store, version)
 
     def version(self) -> int:

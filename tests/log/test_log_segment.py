@@ -456,3 +456,21 @@ def test_memory_filesystem(table10: Path):
         fs.pipe(f"/t10/_delta_log/{p.name}", p.read_bytes())
     s = DeltaTable("memory://t10").snapshot()
     assert s.version == 10 and paths(s) == expected_files(10)
+
+
+def test_a_handle_reads_only_new_commits_and_agrees_with_a_full_load(table10: Path):
+    t = DeltaTable(str(table10))
+    first = t.snapshot()
+    assert t.snapshot() is first  # nothing new: the same snapshot, after one listing
+    write_commit(table10, 11, [add("f11.parquet"), remove("f2.parquet", ts=2**62)])
+    write_commit(table10, 12, [add("f2.parquet", size=99), {"txn": {"appId": "a", "version": 3}}])
+    updated = t.snapshot()
+    assert updated.version == 12 and [f.name for f in updated.segment.commits][-2:] == [
+        f"{11:020d}.json",
+        f"{12:020d}.json",
+    ]
+    full = DeltaTable(str(table10)).snapshot()
+    rows = lambda s: sorted(s.files.select(["path", "size"]).to_pylist(), key=str)  # noqa: E731
+    assert rows(updated) == rows(full)
+    assert updated.app_transactions == full.app_transactions == {"a": 3}
+    assert updated.tombstones.column("path").to_pylist() == full.tombstones.column("path").to_pylist()
