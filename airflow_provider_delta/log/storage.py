@@ -211,7 +211,7 @@ class LogStore:
             with open(tmp, "wb") as fh:
                 fh.write(data)
                 fh.flush()
-                os.fsync(fh.fileno())
+                os.fdatasync(fh.fileno())
             os.replace(tmp, path)
             return
         self.fs.pipe_file(path, data)
@@ -280,7 +280,7 @@ def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            os.fdatasync(fh.fileno())
         try:
             os.link(tmp, path)
         finally:

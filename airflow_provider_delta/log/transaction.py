@@ -180,8 +180,10 @@ class Transaction:
                     f"version {latest} and holds nothing of this transaction"
                 )
             version = latest + 1
-            # Jittered backoff grows with contention; the first retry is immediate.
-            time.sleep(random.uniform(0, min(0.5, 0.002 * 2 ** min(attempts, 8))) if attempts > 1 else 0)
+            # A loser has just read the winners, so it retries at once; under sustained contention a small
+            # jitter, growing linearly, spreads the writers out without idling the table.
+            if attempts > 2:
+                time.sleep(random.uniform(0, min(0.05, 0.001 * attempts)))
 
     def _maybe_checkpoint(self, version: int) -> None:
         md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
