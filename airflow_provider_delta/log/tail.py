@@ -142,10 +142,15 @@ def observe(table: DeltaTable, condition: VersionCondition, cursor: int | None) 
         done = new.latest >= condition.min_version
         return Observation(done, new.latest)
     if condition.app_id is not None:
-        snap = table.snapshot(new.latest)
+        snap = table.snapshot()  # the handle reads only the commits since it last looked
         done = snap.app_transactions.get(condition.app_id, -1) >= condition.app_version
-        return Observation(done, new.latest)
-    return Observation(new.changed_data if condition.data_changes_only else True, new.latest)
+        return Observation(done, snap.version)
+    # The baseline may lie ahead of the cursor (a sensor told to wait past a version not yet written).
+    if new.latest <= condition.newer_than:
+        return Observation(False, new.latest)
+    if not condition.data_changes_only:
+        return Observation(True, new.latest)
+    return Observation(any(v > condition.newer_than for v in new.data_versions), new.latest)
 
 
 def _newer(table: DeltaTable, condition: VersionCondition, start: int, latest: int) -> Observation:

@@ -30,7 +30,7 @@ from airflow_provider_delta.log import AddFile
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_delta.log import DeltaTable, Snapshot
+    from airflow_provider_delta.log import CommitResult, DeltaTable, Snapshot
 
 MODES = ("append", "overwrite")
 
@@ -161,22 +161,25 @@ class DeltaCommitOperator(BaseOperator):
         else:
             self.log.info("committed %d file(s), %d record(s) to %s as version %d",
                           len(adds), records, self.table_uri, result.version)  # fmt: skip
-            self._emit_asset_event(context, result.version, app_id, app_version, len(adds), records)
+        # Also when already committed (a retry after a lost acknowledgement): the run's asset event must
+        # still say which version holds its data.
+        self._emit_asset_event(context, result, app_id, app_version, len(adds), records)
         self._lineage = (snap, result.version)
         return result.version
 
     def _emit_asset_event(
-        self, context: Context, version: int, app_id: str, app_version: int, n: int, rows: int
-    ):
+        self, context: Context, result: CommitResult, app_id: str, app_version: int, files: int, records: int
+    ) -> None:
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = {
-                    "version": version,
+                    "version": result.version,
                     "operation": self.operation,
                     "appId": app_id,
                     "appVersion": app_version,
-                    "files": n,
-                    "records": rows,
+                    "files": files,
+                    "records": records,
+                    "alreadyCommitted": result.already_committed,
                 }
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

@@ -20,7 +20,9 @@ from airflow_provider_delta.triggers.delta import DeltaVersionTrigger
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-BASELINE_XCOM_KEY = "baseline_version"
+# Task state store key (not XCom: Airflow clears a task's XComs at the start of every try and every
+# reschedule, so a baseline kept there would move and the sensor would miss the change it waits for).
+BASELINE_KEY = "delta_baseline_version"
 
 
 def _as_int(value: int | str | None) -> int | None:
@@ -31,8 +33,9 @@ class DeltaVersionSensor(BaseSensorOperator):
     """Wait until a Delta table reaches a version, gets a new version, or records an app transaction.
 
     Set one of ``min_version``, ``app_id`` (with ``app_version``); with neither, the sensor waits for any
-    version newer than ``baseline_version`` (default: the version when the sensor first looked, kept
-    across retries). Returns (and pushes to XCom) the version observed.
+    version newer than ``baseline_version`` (default: the version when the sensor first looked, kept in
+    the task state store across retries and reschedules, forgotten on success so that a cleared sensor
+    waits for a new change). Returns (and pushes to XCom) the version observed.
 
     :param table_uri: the table root, e.g. ``s3://bucket/path`` or ``/data/table``. Templated.
     :param delta_conn_id: connection for the table's storage (``None``: no credentials).
@@ -87,15 +90,24 @@ class DeltaVersionSensor(BaseSensorOperator):
             baseline = self._baseline(context)
         return VersionCondition(newer_than=baseline, data_changes_only=self.data_changes_only)
 
+    def _uses_default_baseline(self) -> bool:
+        return not self.app_id and self.min_version in (None, "") and _as_int(self.baseline_version) is None
+
     def _baseline(self, context: Context) -> int:
-        """The version when this sensor first looked, kept in XCom so retries wait for the same change."""
-        ti = context["ti"]
-        stored = ti.xcom_pull(task_ids=ti.task_id, key=BASELINE_XCOM_KEY, map_indexes=ti.map_index)
+        """The version when this sensor first looked, kept so that retries and reschedules wait for the
+        same change."""
+        store = context["task_state_store"]
+        stored = store.get(BASELINE_KEY)
         if stored is not None:
             return int(stored)
         version = self._table().snapshot().version
-        ti.xcom_push(key=BASELINE_XCOM_KEY, value=version)
+        store.set(BASELINE_KEY, version)
         self.log.info("Waiting for %s to move past version %d", self.table_uri, version)
+        return version
+
+    def _done(self, context: Context, version: int) -> int:
+        if self._uses_default_baseline():
+            context["task_state_store"].delete(BASELINE_KEY)
         return version
 
     def poke(self, context: Context) -> PokeReturnValue:
@@ -105,11 +117,11 @@ class DeltaVersionSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
-            return super().execute(context)
+            return self._done(context, super().execute(context))
         condition = self._condition(context)
         seen = observe(self._table(), condition, None)
         if seen.satisfied:
-            return seen.version
+            return self._done(context, seen.version)
         self.defer(
             trigger=DeltaVersionTrigger(
                 table_uri=self.table_uri,
@@ -130,4 +142,4 @@ class DeltaVersionSensor(BaseSensorOperator):
         if event.get("status") != "success":
             raise RuntimeError(f"DeltaVersionSensor on {self.table_uri}: {event.get('message')}")
         self.log.info("%s reached version %s", self.table_uri, event["version"])
-        return int(event["version"])
+        return self._done(context, int(event["version"]))
