@@ -28,10 +28,9 @@ from airflow_provider_delta.log.storage import LogStore, put_if_absent
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.string())])
 WRITERS = 8
 COMMITS_LOCAL = 50
-# moto serves every request from threads of the pytest process. On 2 cores 8 x 50 S3 commits took 35 s on a
-# quiet machine but 70-80 s on a busy one (over the 60 s budget), so S3 keeps the 8 processes and does 30
-# commits each: 28 s measured.
-COMMITS_S3 = 30
+# moto serves every request from threads of the pytest process: on 2 cores 8 x 50 S3 commits take 35 s on a
+# quiet machine, 70-80 s on a busy one. The issue asks for 8 x 50 on S3 too, and CI has the time.
+COMMITS_S3 = 50
 
 
 def _location(request: pytest.FixtureRequest, backend: str, tmp_path) -> tuple[str, dict, dict]:
