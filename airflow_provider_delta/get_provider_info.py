@@ -28,7 +28,9 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [_modules("hooks.delta")],
-        "operators": [_modules("operators.commit", "operators.create", "operators.maintenance")],
+        "operators": [
+            _modules("operators.commit", "operators.create", "operators.maintenance", "operators.spark")
+        ],
         "sensors": [_modules("sensors.delta")],
         "triggers": [_modules("triggers.delta")],
         "connection-types": [

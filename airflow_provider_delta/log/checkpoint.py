@@ -24,6 +24,7 @@ from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from .properties import bool_property
 
 if TYPE_CHECKING:
+    from .replay import TableState
     from .snapshot import Snapshot
     from .table import DeltaTable
 
@@ -71,17 +72,17 @@ def _column(values: pa.Array, before: int, after: int) -> pa.ChunkedArray:
     return pa.chunked_array([p for p in parts if len(p)], type=values.type)
 
 
-def _small_actions(snap: Snapshot) -> dict[str, pa.Array]:
-    md = snap.metadata
-    p = snap.protocol
+def _small_actions(state: TableState) -> dict[str, pa.Array]:
+    md = state.metadata
+    p = state.protocol
     protocol = pa.array([p.to_json()], PROTOCOL_T)
     meta = {
         **md.to_json(),
         "format": {"provider": md.format.provider, "options": list(md.format.options.items())},
         "configuration": list(md.configuration.items()),
     }
-    txns = [t.to_json() for t in snap.app_transaction_actions.values()]
-    domains = [d.to_json() for d in snap.domain_metadata.values()]
+    txns = [t.to_json() for t in state.txns.values()]
+    domains = [d.to_json() for d in state.domains.values()]
     return {
         "protocol": protocol,
         "metaData": pa.array([meta], METADATA_T),
@@ -111,38 +112,35 @@ def _file_struct(table: pa.Table, fields: list[pa.Field], extra: dict[str, pa.Ar
     return pa.StructArray.from_arrays(arrays, names=names)
 
 
-def _add_struct(snap: Snapshot, files: pa.Table) -> pa.StructArray:
-    cfg = snap.metadata.configuration
+def _add_struct(state: TableState) -> pa.StructArray:
+    md, files = state.metadata, state.files
+    cfg = md.configuration
     as_json = bool_property(cfg, "delta.checkpoint.writeStatsAsJson", True)
     as_struct = bool_property(cfg, "delta.checkpoint.writeStatsAsStruct", False)
     fields = [f for f in ADD if as_json or f.name != "stats"]
     extra: dict[str, pa.Array] = {}
     if as_struct:
         # Typed copies of partition values and stats, keyed by physical names ("Checkpoint Format").
+        from .partition_values import typed_partition_values
         from .schema import column_mapping_mode, physical_partition_names
+        from .stats import typed_file_stats
 
-        if snap.partition_columns:
-            typed = snap.partition_values()
-            physical = physical_partition_names(
-                snap.metadata.schema, snap.partition_columns, column_mapping_mode(cfg)
-            )
+        columns = list(md.partition_columns)
+        if columns:
+            typed = typed_partition_values(md, files)
+            physical = physical_partition_names(md.schema, columns, column_mapping_mode(cfg))
             extra["partitionValues_parsed"] = pa.StructArray.from_arrays(
-                [typed.column(c).combine_chunks() for c in snap.partition_columns],
-                names=[physical[c] for c in snap.partition_columns],
+                [typed.column(c).combine_chunks() for c in columns], names=[physical[c] for c in columns]
             )
-        extra["stats_parsed"] = snap.file_stats()
+        extra["stats_parsed"] = typed_file_stats(md, files)
     return _file_struct(files, fields, extra)
 
 
-def checkpoint_table(
-    snap: Snapshot, *, files: pa.Table | None = None, tombstones: pa.Table | None = None
-) -> pa.Table:
-    """Every action of the snapshot as one checkpoint table ("Checkpoint Schema")."""
-    files = snap.files if files is None else files
-    tombstones = snap.tombstones if tombstones is None else tombstones
-    small = _small_actions(snap)
-    adds = _add_struct(snap, files)
-    removes = _file_struct(tombstones, _REMOVE_FIELDS, {})
+def checkpoint_table(state: TableState) -> pa.Table:
+    """Every action of a reconciled state as one checkpoint table ("Checkpoint Schema")."""
+    small = _small_actions(state)
+    adds = _add_struct(state)
+    removes = _file_struct(state.tombstones, _REMOVE_FIELDS, {})
     counts = {
         "protocol": 1,
         "metaData": 1,
@@ -186,7 +184,7 @@ def write_checkpoint(
     v2 = cfg.get("delta.checkpointPolicy", "classic").lower() == "v2"
     if v2:
         return _write_v2(table, snap, parts or 1)
-    whole = checkpoint_table(snap)
+    whole = checkpoint_table(snap.state())
     n_parts = parts or max(1, math.ceil(whole.num_rows / size_limit))
     if n_parts > 1:
         whole = _clustered(whole)
@@ -224,7 +222,7 @@ def _clustered(table: pa.Table) -> pa.Table:
 
 def _write_v2(table: DeltaTable, snap: Snapshot, n_sidecars: int) -> LastCheckpoint:
     store = table.store
-    whole = checkpoint_table(snap)
+    whole = checkpoint_table(snap.state())
     is_file = pc.or_(whole.column("add").is_valid(), whole.column("remove").is_valid())
     file_rows = _clustered(whole.filter(is_file)).select(["add", "remove"])
     other = whole.filter(pc.invert(is_file))

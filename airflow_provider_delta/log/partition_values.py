@@ -10,12 +10,15 @@ import datetime as dt
 import json
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .schema import decimal_params, delta_type_to_arrow
+
+if TYPE_CHECKING:
+    from .actions import Metadata
 
 _TIMESTAMP_RE = re.compile(
     r"^(\d{4,})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,9}))?)?)?"
@@ -187,3 +190,17 @@ def serialize_partition_value(value: Any, delta_type: str) -> str | None:
     if value.tzinfo is not None:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
     return value.isoformat(sep=" ", timespec="microseconds")
+
+
+def typed_partition_values(metadata: Metadata, files: pa.Table) -> pa.Table:
+    """Typed partition values of ``files`` (rows of AddFile), one column per partition column, by logical
+    name; values are looked up by physical name under column mapping."""
+    from .schema import column_mapping_mode, physical_partition_names
+
+    schema = metadata.schema
+    columns = list(metadata.partition_columns)
+    physical = physical_partition_names(schema, columns, column_mapping_mode(metadata.configuration))
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    raw = files.column("partitionValues")
+    typed = {c: parse_partition_values(pc.map_lookup(raw, physical[c], "first"), types[c]) for c in columns}
+    return pa.table(typed) if typed else pa.table({}).slice(0, 0)

@@ -45,7 +45,7 @@ class CheckpointReadError(Exception):
 
 
 @dataclass
-class _Actions:
+class Actions:
     """Actions gathered in replay order: files as Arrow, small actions as Python objects."""
 
     adds: list[pa.Table] = field(default_factory=list)  # each with ADD columns + "_version"
@@ -188,7 +188,7 @@ def _as_str(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def parse_json_actions(acc: _Actions, chunks: list[tuple[int, str, bytes]]) -> None:
+def parse_json_actions(acc: Actions, chunks: list[tuple[int, str, bytes]]) -> None:
     """Parse newline-delimited JSON action files (commits, V2 checkpoint JSON) into ``acc``.
 
     ``chunks`` is ``[(version, path for messages, bytes)]`` in replay order. A Python loop runs per line
@@ -261,7 +261,7 @@ _BATCH_ROWS = 65_536
 
 
 def _read_parquet(
-    acc: _Actions, store: LogStore, path: str, wanted: tuple[str, ...], version: int, touched: pa.Array | None
+    acc: Actions, store: LogStore, path: str, wanted: tuple[str, ...], version: int, touched: pa.Array | None
 ) -> None:
     """Stream one checkpoint Parquet file into ``acc``, batch by batch.
 
@@ -275,13 +275,13 @@ def _read_parquet(
             pf = pq.ParquetFile(store.open_input_file(path))
         present = [c for c in wanted if c in pf.schema_arrow.names]
         for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=present):
-            _apply_checkpoint_batch(acc, batch, version, touched)
+            apply_checkpoint_batch(acc, batch, version, touched)
     except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
         raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
 
 
-def _apply_checkpoint_batch(
-    acc: _Actions, batch: pa.RecordBatch, version: int, touched: pa.Array | None
+def apply_checkpoint_batch(
+    acc: Actions, batch: pa.RecordBatch, version: int, touched: pa.Array | None
 ) -> None:
     names = batch.schema.names
     for name in ("protocol", "metaData", "txn", "domainMetadata", "sidecar"):
@@ -308,7 +308,7 @@ def _apply_checkpoint_batch(
 
 
 def read_checkpoint(
-    acc: _Actions, store: LogStore, segment: LogSegment, touched: pa.Array | None = None
+    acc: Actions, store: LogStore, segment: LogSegment, touched: pa.Array | None = None
 ) -> None:
     """Read the segment's checkpoint into ``acc``, leaving out files whose keys are in ``touched``."""
     cp = segment.checkpoint
@@ -399,8 +399,8 @@ def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
     return adds.take(pa.array(win_adds)), removes.take(pa.array(win_removes))
 
 
-def _parse_commits(store: LogStore, commits: tuple[FileMeta, ...], datas: list[bytes]) -> _Actions:
-    new = _Actions()
+def _parse_commits(store: LogStore, commits: tuple[FileMeta, ...], datas: list[bytes]) -> Actions:
+    new = Actions()
     chunks = [
         (_commit_version(f), store.log_file(f.name), data) for f, data in zip(commits, datas, strict=True)
     ]
@@ -414,7 +414,7 @@ def _touched(adds: pa.Table, removes: pa.Table) -> pa.Array | None:
     return pa.concat_arrays([_keys(adds), _keys(removes)]).unique()
 
 
-def _merge(base: _Actions, new: _Actions, commit_adds: pa.Table, commit_removes: pa.Table) -> TableState:
+def _merge(base: Actions, new: Actions, commit_adds: pa.Table, commit_removes: pa.Table) -> TableState:
     """``base`` (reconciled, without the keys the commits touch) overlaid with the commits' actions."""
     win_adds, win_removes = reconcile(commit_adds, commit_removes)
     files = _concat([*base.adds, win_adds.drop_columns(["_version"])], ADD, versioned=False)
@@ -439,7 +439,7 @@ def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> Ta
     """
     new = _parse_commits(store, segment.commits, commit_data)
     commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
-    base = _Actions()
+    base = Actions()
     read_checkpoint(base, store, segment, _touched(commit_adds, commit_removes))
     return _merge(base, new, commit_adds, commit_removes)
 
@@ -452,7 +452,7 @@ def apply_commits(
     commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
     touched = _touched(commit_adds, commit_removes)
     drop = (lambda t: t) if touched is None else (lambda t: _drop_keys(t, touched))
-    base = _Actions(
+    base = Actions(
         adds=[drop(state.files)],
         removes=[drop(state.tombstones)],
         protocol=state.protocol,

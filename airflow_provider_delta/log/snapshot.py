@@ -78,36 +78,28 @@ class Snapshot:
         return self.files.column("path").to_pylist()
 
     def partition_values(self) -> pa.Table:
-        """Typed partition values of ``files``, row-aligned, one column per partition column (logical
-        names; values are looked up by physical name under column mapping)."""
-        from .partition_values import parse_partition_values
-        from .schema import column_mapping_mode, physical_partition_names
+        """Typed partition values of ``files``, row-aligned, one column per partition column."""
+        from .partition_values import typed_partition_values
 
-        schema = self.metadata.schema
-        mode = column_mapping_mode(self.metadata.configuration)
-        physical = physical_partition_names(schema, self.partition_columns, mode)
-        types = {f["name"]: f["type"] for f in schema["fields"]}
-        raw = self.files.column("partitionValues")
-        columns = {}
-        for logical in self.partition_columns:
-            strings = pc.map_lookup(raw, physical[logical], "first")
-            columns[logical] = parse_partition_values(strings, types[logical])
-        return pa.table(columns) if columns else pa.table({}).slice(0, 0)
+        return typed_partition_values(self.metadata, self.files)
 
     def file_stats(self) -> pa.StructArray:
         """Per-file statistics of ``files`` parsed into typed structs ("Per-file Statistics")."""
-        from .schema import column_mapping_mode
-        from .stats import parse_stats, stats_schema
+        from .stats import typed_file_stats
 
-        cfg = self.metadata.configuration
-        wanted = stats_schema(
-            self.metadata.schema,
-            mode=column_mapping_mode(cfg),
-            partition_columns=self.partition_columns,
-            num_indexed_cols=int(cfg.get("delta.dataSkippingNumIndexedCols", 32)),
-            stats_columns=cfg.get("delta.dataSkippingStatsColumns"),
+        return typed_file_stats(self.metadata, self.files)
+
+    def state(self) -> TableState:
+        """The reconciled state behind this snapshot (what checkpoints are written from)."""
+        return TableState(
+            self.protocol,
+            self.metadata,
+            self.app_transaction_actions,
+            self.domain_metadata,
+            self.files,
+            self.tombstones,
+            {} if self.commit_info is None else {self.version: self.commit_info},
         )
-        return parse_stats(self.files.column("stats").combine_chunks(), wanted)
 
     def __repr__(self) -> str:
         return f"Snapshot(uri={self.store.uri!r}, version={self.version}, files={self.num_files})"
@@ -146,16 +138,7 @@ def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
     if not new:
         return snap if not listed else load_snapshot(store, now_ms=now_ms)
     datas = store.read_log_files(f.name for f in new)
-    base = TableState(
-        snap.protocol,
-        snap.metadata,
-        snap.app_transaction_actions,
-        snap.domain_metadata,
-        snap.files,
-        snap.tombstones,
-        {},
-    )
-    state = apply_commits(base, store, tuple(new), datas)
+    state = apply_commits(snap.state(), store, tuple(new), datas)
     segment = LogSegment(snap.version + len(new), snap.segment.checkpoint, snap.segment.commits + tuple(new))
     return _from_state(store, segment, state, now_ms)
 

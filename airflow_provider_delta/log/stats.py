@@ -28,7 +28,7 @@ from .partition_values import parse_decimal, parse_partition_value, parse_timest
 from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_name
 
 if TYPE_CHECKING:
-    from .actions import AddFile
+    from .actions import AddFile, Metadata
     from .snapshot import Snapshot
     from .table import DeltaTable
 
@@ -391,3 +391,16 @@ def _coerce(value: Any, arrow_type: pa.DataType) -> Any:
         return value if isinstance(value, bool | str) and arrow_type in (pa.bool_(), pa.string()) else None
     except (ValueError, ArithmeticError):
         return None
+
+
+def typed_file_stats(metadata: Metadata, files: pa.Table) -> pa.StructArray:
+    """The ``stats`` of ``files`` (rows of AddFile) parsed into the table's typed stats struct."""
+    cfg = metadata.configuration
+    wanted = stats_schema(
+        metadata.schema,
+        mode=column_mapping_mode(cfg),
+        partition_columns=list(metadata.partition_columns),
+        num_indexed_cols=int(cfg.get("delta.dataSkippingNumIndexedCols", 32)),
+        stats_columns=cfg.get("delta.dataSkippingStatsColumns"),
+    )
+    return parse_stats(files.column("stats").combine_chunks(), wanted)

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 from .errors import InvalidCommitError
 from .properties import APPEND_ONLY, bool_property
 from .protocol import check_write_supported
+from .schema import column_mapping_mode, physical_partition_names
 
 if TYPE_CHECKING:
+    from .actions import Metadata
     from .transaction import Transaction
 
 
@@ -43,7 +45,7 @@ def validate_commit(txn: Transaction) -> None:
             )
     _check_unique_paths(txn, where)
     _check_append_only(txn, metadata.configuration, where)
-    _check_partitions(txn, metadata.partition_columns, where)
+    _check_partitions(txn, metadata, where)
     _check_constraints(txn, schema, metadata.configuration, where)
 
 
@@ -86,11 +88,11 @@ def _check_append_only(txn: Transaction, configuration: dict[str, str], where: s
         )
 
 
-def _check_partitions(txn: Transaction, partition_columns: tuple[str, ...], where: str) -> None:
-    # "Values for all partition columns present in the schema MUST be present for all files."
-    expected = set(partition_columns)
-    if txn.metadata is not None and txn.snapshot is not None:
-        expected = set(txn.metadata.partition_columns)
+def _check_partitions(txn: Transaction, metadata: Metadata, where: str) -> None:
+    # "Values for all partition columns present in the schema MUST be present for all files", keyed by
+    # physical names under column mapping ("Writer Requirements for Column Mapping").
+    mode = column_mapping_mode(metadata.configuration)
+    expected = set(physical_partition_names(metadata.schema, metadata.partition_columns, mode).values())
     for add in txn.adds:
         got = set(add.partition_values)
         if got != expected:

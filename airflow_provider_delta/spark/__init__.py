@@ -1,0 +1,24 @@
+"""Spark on top of the core: write DataFrames into Delta tables, read them back, checkpoint at scale.
+
+``write`` (executors write Parquet, the driver commits once through the core), ``read`` (the snapshot's
+files read by executors, deletion vectors and column mapping applied) and ``checkpoint_with_spark``.
+This package imports pyspark; the core (``airflow_provider_delta.log``) never imports it.
+"""
+
+from .checkpoint import checkpoint_with_spark
+from .constraints import ConstraintViolationError
+from .deletion_vectors import DeletionVectorError
+from .read import read
+from .schema import SchemaMismatchError
+from .session import spark_session
+from .write import write
+
+__all__ = [
+    "ConstraintViolationError",
+    "DeletionVectorError",
+    "SchemaMismatchError",
+    "checkpoint_with_spark",
+    "read",
+    "spark_session",
+    "write",
+]

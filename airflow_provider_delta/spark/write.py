@@ -1,0 +1,295 @@
+"""Write a Spark DataFrame into a Delta table: executors write Parquet, the driver commits once.
+
+The order matters for exactly-once and for never exposing bad data:
+
+1. read the latest snapshot; if it already holds ``app_id`` at ``app_version`` or later, stop: nothing is
+   written and nothing committed ("Transaction Identifiers");
+2. match the DataFrame against the table's schema (enforcement, or ``merge_schema``);
+3. count rows breaking invariants, CHECK constraints, generated columns, NOT NULL and ``replace_where``
+   with Spark SQL, aborting before any file exists (see ``constraints``);
+4. executors write the data files and report their ``add`` rows (see ``data_files``);
+5. the driver commits adds, removes (overwrite), the app transaction and any metadata change as one
+   version through the core, which retries past compatible concurrent commits.
+
+A failure before step 5 leaves at most unreferenced files, which VACUUM removes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_delta.log import AddFile, CommitResult, DeltaTable, Transaction
+from airflow_provider_delta.log.creation import initial_actions, required_features
+from airflow_provider_delta.log.errors import InvalidCommitError, TableNotFoundError, UnsupportedFeatureError
+from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
+from airflow_provider_delta.log.protocol import check_write_supported, writer_features
+from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
+
+from .constraints import Rule, check, generated_columns, table_rules
+from .data_files import ADD_ROW, WriteSpec, write_files
+from .schema import SchemaMismatchError, assign_column_mapping, delta_schema_of, enforce, spark_schema_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from airflow_provider_delta.log import Metadata, Protocol, Snapshot
+
+log = logging.getLogger(__name__)
+MODES = ("append", "overwrite")
+_ADD_ROW_DDL = (
+    "path string, size long, partitionValues map<string,string>, modificationTime long, stats string"
+)
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """The DataFrame as it will be written (table columns, logical names) and the table it goes into."""
+
+    df: DataFrame
+    schema: dict
+    configuration: dict[str, str]
+    partition_columns: tuple[str, ...]
+    protocol: Protocol | None = None  # set when this write creates the table
+    metadata: Metadata | None = None  # set when creating the table or merging the schema
+
+
+def write(
+    df: DataFrame,
+    table_uri: str,
+    mode: str = "append",
+    partition_by: list[str] | None = None,
+    replace_where: str | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    merge_schema: bool = False,
+    *,
+    configuration: dict[str, str] | None = None,
+) -> CommitResult:
+    """Write ``df`` to the table at ``table_uri`` as one commit; create the table on the first write.
+
+    :param mode: ``append``, or ``overwrite`` to replace every live file (or, with ``replace_where``, the
+        files whose partition values match that SQL predicate; every written row must match it too).
+    :param partition_by: partition columns of a new table; must equal the table's for an existing one.
+    :param app_id: with ``app_version``, makes the write exactly-once: when the table already holds
+        ``app_id`` at ``app_version`` or later nothing runs and ``already_committed`` is returned.
+    :param storage_options: fsspec options for the table's storage, shipped to executors (never logged).
+    :param merge_schema: add the DataFrame's new columns to the table (nullable) in the same commit.
+    :param configuration: table properties, only when this write creates the table.
+
+    When the table has rules (or ``replace_where`` is given) the DataFrame is evaluated twice, once to
+    count violations and once to write: cache it first if its source is not deterministic.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if replace_where is not None and mode != "overwrite":
+        raise ValueError("replace_where needs mode='overwrite'")
+    if (app_id is None) != (app_version is None):
+        raise ValueError("pass app_id and app_version together")
+    table = DeltaTable(table_uri, storage_options)
+    snap = _latest(table)
+    if snap is not None and app_id is not None and snap.app_transactions.get(app_id, -1) >= int(app_version):
+        holder = table.locate_app_transaction(app_id, snap.version)
+        log.info("%s already holds app transaction %s version %s (table version %d): nothing written",
+                 table_uri, app_id, app_version, holder)  # fmt: skip
+        return CommitResult(holder, already_committed=True, attempts=0)
+    plan = plan_write(df, snap, partition_by, merge_schema, configuration, overwrite=mode == "overwrite")
+    rules = table_rules(plan.schema, plan.configuration)
+    if replace_where is not None:
+        rules.append(Rule("replaceWhere", replace_where, f"NOT coalesce(({replace_where}), false)"))
+    check(plan.df, rules)
+    removes: list[AddFile] = []
+    if mode == "overwrite" and snap is not None:
+        removes = files_to_replace(df.sparkSession, snap, replace_where)
+    adds = write_data(plan, table_uri, storage_options or {})
+    return _commit(table, snap, plan, adds, removes, mode, replace_where, app_id, app_version)
+
+
+def _latest(table: DeltaTable) -> Snapshot | None:
+    try:
+        return table.snapshot()
+    except TableNotFoundError:
+        return None
+
+
+# -- planning -----------------------------------------------------------------------------------------
+def plan_write(
+    df: DataFrame,
+    snap: Snapshot | None,
+    partition_by: list[str] | None,
+    merge_schema: bool,
+    configuration: dict[str, str] | None,
+    *,
+    overwrite: bool = False,
+) -> WritePlan:
+    """Check the DataFrame against the table (or derive a new table from it) before any job runs."""
+    if snap is None:
+        protocol, metadata = initial_actions(
+            delta_schema_of(df.schema), list(partition_by or []), dict(configuration or {}), None, None
+        )
+        return WritePlan(df, metadata.schema, metadata.configuration, metadata.partition_columns,
+                         protocol, metadata)  # fmt: skip
+    if configuration:
+        raise ValueError("configuration only applies when the write creates the table")
+    where = f"table {snap.store.uri}"
+    table_schema = snap.metadata.schema
+    check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
+                          where=where)  # fmt: skip
+    if overwrite and bool_property(snap.metadata.configuration, APPEND_ONLY):
+        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): it cannot be overwritten")
+    if partition_by is not None and list(partition_by) != snap.partition_columns:
+        raise SchemaMismatchError(
+            f"partition_by {list(partition_by)} differs from the partition columns of {where}: "
+            f"{snap.partition_columns}"
+        )
+    targets, merged = enforce(table_schema, df.schema, merge=merge_schema)
+    schema, config, metadata = table_schema, dict(snap.metadata.configuration), None
+    if merged is not None:
+        if column_mapping_mode(config) != "none":
+            config = assign_column_mapping(merged, config)
+        _check_features(snap, merged, config)
+        schema = merged
+        metadata = dataclasses.replace(
+            snap.metadata, schema_string=json.dumps(merged, separators=(",", ":")), configuration=config
+        )
+    aligned = _align(df.toDF(*targets), schema, set(targets))
+    return WritePlan(aligned, schema, config, tuple(snap.partition_columns), None, metadata)
+
+
+def _check_features(snap: Snapshot, schema: dict, configuration: dict[str, str]) -> None:
+    missing = sorted(required_features(schema, configuration) - writer_features(snap.protocol))
+    if missing:
+        raise UnsupportedFeatureError(
+            f"the merged schema needs table feature(s) {', '.join(missing)} that table {snap.store.uri} "
+            "does not enable", features=tuple(missing),
+        )  # fmt: skip
+
+
+def _align(df: DataFrame, schema: dict, present: set[str]) -> DataFrame:
+    """Columns in table order: given ones as they are, generated ones computed, the rest as nulls."""
+    from pyspark.sql import functions as F
+
+    from .constraints import quote
+
+    spark_types = {f.name: f.dataType for f in spark_schema_of(schema).fields}
+    generated = generated_columns(schema)
+    columns, missing = [], []
+    for field in schema["fields"]:
+        name = field["name"]
+        if name in present:
+            columns.append(F.col(quote(name)))
+        elif name in generated:
+            columns.append(F.expr(generated[name]).cast(spark_types[name]).alias(name))
+        elif not field.get("nullable", True):
+            missing.append(name)
+        else:
+            columns.append(F.lit(None).cast(spark_types[name]).alias(name))
+    if missing:
+        raise SchemaMismatchError(f"non-nullable column(s) {missing} are missing from the DataFrame")
+    return df.select(*columns)
+
+
+# -- overwrite ----------------------------------------------------------------------------------------
+def files_to_replace(spark: SparkSession, snap: Snapshot, replace_where: str | None) -> list[AddFile]:
+    """The live files an overwrite removes: all, or those whose partition values satisfy the predicate
+    (evaluated by Spark over the snapshot's typed partition values)."""
+    files = snap.files
+    if replace_where is not None:
+        if not snap.partition_columns:
+            raise ValueError("replace_where needs a partitioned table: it selects files by partition values")
+        values = snap.partition_values().append_column("__file", pa.array(range(files.num_rows), pa.int64()))
+        try:
+            hits = spark.createDataFrame(values).where(replace_where).select("__file").toArrow()
+        except Exception as exc:  # AnalysisException: a column that is not a partition column, bad SQL
+            raise ValueError(
+                f"replace_where {replace_where!r} must be a SQL predicate over the partition columns "
+                f"{snap.partition_columns}: {exc}"
+            ) from exc
+        files = files.take(hits.column("__file"))
+    return [AddFile.from_dict(row) for row in files.to_pylist()]
+
+
+# -- writing ------------------------------------------------------------------------------------------
+def write_data(plan: WritePlan, table_uri: str, storage_options: dict[str, Any]) -> list[AddFile]:
+    """Run the Spark job that writes the data files; the ``add`` actions for them."""
+    mode = column_mapping_mode(plan.configuration)
+    partitions = {c.lower() for c in plan.partition_columns}
+    data_fields = [f for f in plan.schema["fields"] if f["name"].lower() not in partitions]
+    by_name = {f["name"]: f for f in plan.schema["fields"]}
+    spec = WriteSpec(
+        table_uri=table_uri,
+        storage_options=storage_options,
+        data_columns=tuple(f["name"] for f in data_fields),
+        physical=delta_schema_to_arrow({"type": "struct", "fields": data_fields}, physical=True),
+        partitions=tuple(
+            (c, physical_name(by_name[c], mode), by_name[c]["type"]) for c in plan.partition_columns
+        ),
+        schema=plan.schema,
+        configuration=plan.configuration,
+        partition_columns=plan.partition_columns,
+    )
+
+    def write_task(batches):
+        return write_files(batches, spec)
+
+    rows = plan.df.mapInArrow(write_task, _ADD_ROW_DDL).toArrow().cast(ADD_ROW).to_pylist()
+    return [
+        AddFile(
+            path=r["path"],
+            size=r["size"],
+            partition_values=dict(r["partitionValues"]),
+            modification_time=r["modificationTime"],
+            data_change=True,
+            stats=r["stats"],
+        )
+        for r in rows
+    ]
+
+
+def _commit(
+    table: DeltaTable,
+    snap: Snapshot | None,
+    plan: WritePlan,
+    adds: list[AddFile],
+    removes: list[AddFile],
+    mode: str,
+    replace_where: str | None,
+    app_id: str | None,
+    app_version: int | None,
+) -> CommitResult:
+    txn = Transaction(table, snap)
+    if plan.protocol is not None:
+        txn.update_protocol(plan.protocol)
+    if plan.metadata is not None:
+        txn.update_metadata(plan.metadata)
+    txn.add_files(adds, constraints_checked=True)  # every rule was counted in check() above
+    if app_id is not None:
+        txn.set_app_transaction(app_id, int(app_version))
+    if mode == "overwrite" and snap is not None:
+        if replace_where is None:
+            txn.read_whole_table()
+        else:
+            # The partitions replaced and written: a concurrent append there conflicts, elsewhere not.
+            txn.read_partitions(*[r.partition_values for r in removes], *[a.partition_values for a in adds])
+        txn.remove_files(removes)
+    params: dict[str, Any] = {"mode": mode.capitalize(), "partitionBy": list(plan.partition_columns)}
+    if replace_where is not None:
+        params["predicate"] = [replace_where]
+    rows = sum(int(json.loads(a.stats).get("numRecords", 0)) for a in adds if a.stats)
+    metrics = {"numFiles": len(adds), "numOutputRows": rows, "numOutputBytes": sum(a.size for a in adds)}
+    if removes:
+        metrics["numRemovedFiles"] = len(removes)
+    result = txn.commit("WRITE", params, operation_metrics=metrics)
+    if result.already_committed:
+        log.warning("app transaction %s version %s landed concurrently; the %d file(s) written are unused "
+                    "(VACUUM removes them)", app_id, app_version, len(adds))  # fmt: skip
+    else:
+        log.info("committed %d file(s), %d row(s) to %s as version %d", len(adds), rows, table.uri,
+                 result.version)  # fmt: skip
+    return result

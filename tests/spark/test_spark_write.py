@@ -1,0 +1,300 @@
+"""The Spark writer on a real local[2] session: what it writes, deltalake and the Rust kernel read back.
+
+Also: schema enforcement and merge, constraints that abort before anything is written, replace_where,
+exactly-once app transactions, and an executor failure that leaves only orphans for VACUUM.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import deltalake
+import pyarrow.parquet as pq
+import pytest
+from spark_helpers import kernel_rows, rows
+
+from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.errors import InvalidCommitError
+from airflow_provider_delta.spark import (
+    ConstraintViolationError,
+    SchemaMismatchError,
+    read,
+    write,
+)
+
+DDL = (
+    "id long, name string, day date, ts timestamp, amount decimal(10,2), ok boolean, score double, "
+    "tags array<string>, attrs map<string,int>, point struct<x:int,y:string>"
+)
+
+
+def _data(spark, n: int = 40, start: int = 0):
+    base = dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC)
+    data = [
+        (i, f"n{i % 3}" if i % 7 else None, dt.date(2024, 3, 1 + i % 2), base + dt.timedelta(minutes=i),
+         Decimal(i) / 4, i % 2 == 0, i * 1.5, [f"t{i}", "x"], {"k": i}, (i, f"y{i}"))
+        for i in range(start, start + n)
+    ]  # fmt: skip
+    return spark.createDataFrame(data, DDL)
+
+
+def _parquet_files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+def _scalar_rows(table):
+    return rows(table, ["id", "name", "day", "amount", "ok", "score"])
+
+
+# -- round trips ------------------------------------------------------------------------------------------
+def test_partitioned_write_reads_back_in_deltalake_kernel_and_spark(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    df = _data(spark)
+    result = write(df, uri, partition_by=["name", "day"])
+    assert (result.version, result.already_committed) == (0, False)
+    expected = rows(df)
+    assert rows(deltalake.DeltaTable(uri).to_pyarrow_table(), df.columns) == expected
+    assert rows(kernel_rows(Path(uri)), df.columns) == expected
+    assert rows(read(spark, uri)) == expected
+    snap = DeltaTable(uri).snapshot()
+    assert snap.partition_columns == ["name", "day"]
+    adds = snap.files.to_pylist()
+    # Hive-style folders, null as __HIVE_DEFAULT_PARTITION__, values serialised per the spec, stats present.
+    assert {a["path"].rsplit("/", 1)[0] for a in adds} >= {
+        "name=n1/day=2024-03-02",
+        "name=__HIVE_DEFAULT_PARTITION__/day=2024-03-01",
+    }
+    assert any(dict(a["partitionValues"]) == {"name": None, "day": "2024-03-01"} for a in adds)
+    assert sum(json.loads(a["stats"])["numRecords"] for a in adds) == 40
+    assert all(a["path"].rsplit("/", 1)[1].startswith("part-") for a in adds)
+    stats = json.loads(adds[0]["stats"])
+    assert set(stats["minValues"]) >= {"id", "ts", "amount"} and "name" not in stats["minValues"]
+
+
+def test_append_overwrite_and_replace_where(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    write(_data(spark, 20), uri, partition_by=["day"])
+    write(_data(spark, 20, start=100), uri)
+    assert deltalake.DeltaTable(uri).to_pyarrow_table().num_rows == 40
+    # Replace 2024-03-01 only: the other day keeps its 20 rows.
+    new = _data(spark, 6, start=500).where("day = DATE'2024-03-01'")
+    result = write(new, uri, mode="overwrite", replace_where="day = DATE'2024-03-01'")
+    theirs = deltalake.DeltaTable(uri)
+    days = theirs.to_pyarrow_table().group_by("day").aggregate([("id", "count")]).to_pylist()
+    assert sorted((d["day"], d["id_count"]) for d in days) == [
+        (dt.date(2024, 3, 1), 3),
+        (dt.date(2024, 3, 2), 20),
+    ]
+    info = theirs.history(1)[0]
+    assert info["operation"] == "WRITE" and json.loads(info["operationParameters"]["predicate"]) == [
+        "day = DATE'2024-03-01'"
+    ]
+    # Full overwrite: one commit removes everything that was there.
+    write(_data(spark, 5, start=900), uri, mode="overwrite")
+    assert sorted(r[0] for r in rows(read(spark, uri), ["id"])) == list(range(900, 905))
+    assert result.version == 2 and DeltaTable(uri).version() == 3
+
+
+def test_replace_where_aborts_on_rows_outside_the_predicate(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    write(_data(spark, 10), uri, partition_by=["day"])
+    before = _parquet_files(tmp_path / "t")
+    with pytest.raises(ConstraintViolationError, match=r"replaceWhere .* violated by 5 row\(s\)"):
+        write(_data(spark, 10), uri, mode="overwrite", replace_where="day = DATE'2024-03-01'")
+    with pytest.raises(ValueError, match="partition columns"):
+        write(_data(spark, 10).where("id < 0"), uri, mode="overwrite", replace_where="id = 1")
+    assert DeltaTable(uri).version() == 0 and _parquet_files(tmp_path / "t") == before
+
+
+def test_exactly_once_second_write_writes_and_commits_nothing(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    df = _data(spark, 10)
+    first = write(df, uri, app_id="loader/2024-03-01", app_version=1)
+    files = _parquet_files(tmp_path / "t")
+    again = write(df, uri, app_id="loader/2024-03-01", app_version=1)
+    assert (again.version, again.already_committed) == (first.version, True)
+    assert _parquet_files(tmp_path / "t") == files and DeltaTable(uri).version() == 0
+    third = write(df, uri, app_id="loader/2024-03-01", app_version=2)
+    assert (third.version, third.already_committed) == (1, False)
+    assert DeltaTable(uri).snapshot().app_transactions == {"loader/2024-03-01": 2}
+    assert deltalake.DeltaTable(uri).to_pyarrow_table().num_rows == 20
+
+
+# -- schema ------------------------------------------------------------------------------------------------
+def test_schema_mismatch_names_the_columns(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    write(spark.createDataFrame([(1, "a")], "id long, name string"), uri)
+    with pytest.raises(SchemaMismatchError, match=r"'id' \(table: long, DataFrame: string\)"):
+        write(spark.createDataFrame([("1", "a")], "id string, name string"), uri)
+    with pytest.raises(SchemaMismatchError, match=r"'extra'.*merge_schema=True"):
+        write(spark.createDataFrame([(1, "a", 2.0)], "id long, name string, extra double"), uri)
+    with pytest.raises(SchemaMismatchError, match="partition"):
+        write(spark.createDataFrame([(1, "a")], "id long, name string"), uri, partition_by=["name"])
+    # A missing nullable column is written as nulls; names match case-insensitively.
+    write(spark.createDataFrame([(2,)], "ID long"), uri)
+    assert rows(read(spark, uri)) == [(1, "a"), (2, None)]
+    assert DeltaTable(uri).version() == 1
+
+
+def test_merge_schema_adds_nullable_columns_in_the_same_commit(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    write(spark.createDataFrame([(1, "a")], "id long, name string"), uri, partition_by=["name"])
+    result = write(spark.createDataFrame([(2, "b", 2.5)], "id long, name string, extra double"), uri,
+                   merge_schema=True)  # fmt: skip
+    assert result.version == 1
+    commit = (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").read_text()
+    assert '"metaData"' in commit and '"add"' in commit
+    fields = json.loads(deltalake.DeltaTable(uri).schema().to_json())["fields"]
+    assert [(f["name"], f["type"], f["nullable"]) for f in fields][-1] == ("extra", "double", True)
+    expected = [(1, "a", None), (2, "b", 2.5)]
+    assert rows(deltalake.DeltaTable(uri).to_pyarrow_table(), ["id", "name", "extra"]) == expected
+    assert rows(read(spark, uri), ["id", "name", "extra"]) == expected
+
+
+def test_column_mapping_writes_physical_names_and_field_ids(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    df = spark.createDataFrame(
+        [(1, "a", (1, "p")), (2, "b", (2, "q"))], "id long, `odd name` string, s struct<x:int,y:string>"
+    )
+    write(df, uri, configuration={"delta.columnMapping.mode": "name"})
+    wider = "id long, `odd name` string, s struct<x:int,y:string>, more double"
+    write(spark.createDataFrame([(3, "c", None, 1.0)], wider), uri, merge_schema=True)
+    snap = DeltaTable(uri).snapshot()
+    fields = {f["name"]: f["metadata"] for f in snap.metadata.schema["fields"]}
+    assert snap.metadata.configuration["delta.columnMapping.maxColumnId"] == "6"
+    assert fields["more"]["delta.columnMapping.id"] == 6
+    first = pq.read_schema(tmp_path / "t" / snap.files.column("path")[0].as_py())
+    physical = fields["odd name"]["delta.columnMapping.physicalName"]
+    assert physical.startswith("col-") and physical in first.names and "odd name" not in first.names
+    ids = {f.name: f.metadata[b"PARQUET:field_id"] for f in first}
+    assert ids[physical] == str(fields["odd name"]["delta.columnMapping.id"]).encode()
+    expected = [(1, "a", (1, "p"), None), (2, "b", (2, "q"), None), (3, "c", None, 1.0)]
+    assert rows(read(spark, uri)) == rows(kernel_rows(Path(uri)), ["id", "odd name", "s", "more"])
+    assert [tuple(r[:2]) for r in rows(read(spark, uri))] == [e[:2] for e in expected]
+
+
+def test_column_mapping_partitioned(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    df = spark.createDataFrame([(1, "a"), (2, "b")], "id long, part string")
+    write(df, uri, partition_by=["part"], configuration={"delta.columnMapping.mode": "id"})
+    assert rows(read(spark, uri)) == rows(kernel_rows(Path(uri)), ["id", "part"]) == [(1, "a"), (2, "b")]
+
+
+# -- constraints -----------------------------------------------------------------------------------------
+def _constrained_table(uri: str) -> None:
+    schema = {"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": False, "metadata": {}},
+        {"name": "qty", "type": "integer", "nullable": True,
+         "metadata": {"delta.invariants": json.dumps({"expression": {"expression": "qty < 100"}})}},
+        {"name": "price", "type": "double", "nullable": True, "metadata": {}},
+        {"name": "total", "type": "double", "nullable": True,
+         "metadata": {"delta.generationExpression": "qty * price"}},
+    ]}  # fmt: skip
+    DeltaTable.create(uri, schema, configuration={"delta.constraints.positive_price": "price > 0"})
+
+
+@pytest.mark.parametrize(
+    ("rows_in", "rule", "count"),
+    [
+        ([(1, 200, 1.0, 200.0), (2, 300, 1.0, 300.0), (3, 1, 1.0, 1.0)], "invariant on qty", 2),
+        ([(1, 1, -1.0, -1.0), (2, 1, None, None), (3, 1, 1.0, 1.0)], "CHECK constraint positive_price", 2),
+        ([(1, 2, 3.0, 6.0), (2, 2, 3.0, 7.0), (3, 2, 3.0, None)], "generated column total", 2),
+        ([(None, 1, 1.0, 1.0), (2, 1, 1.0, 1.0)], "NOT NULL id", 1),
+    ],
+)
+def test_constraint_violations_abort_before_writing(spark, tmp_path, rows_in, rule, count):
+    uri = str(tmp_path / "t")
+    _constrained_table(uri)
+    df = spark.createDataFrame(rows_in, "id long, qty int, price double, total double")
+    with pytest.raises(ConstraintViolationError, match=rf"{rule} .* violated by {count} row\(s\)") as err:
+        write(df, uri)
+    assert err.value.violations == {rule: count}
+    assert DeltaTable(uri).version() == 0 and _parquet_files(tmp_path / "t") == set()
+
+
+def test_constraints_pass_and_generated_columns_are_computed(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _constrained_table(uri)
+    write(spark.createDataFrame([(1, 2, 3.0)], "id long, qty int, price double"), uri)
+    write(spark.createDataFrame([(2, 1, 1.5, 1.5)], "id long, qty int, price double, total double"), uri)
+    assert rows(read(spark, uri)) == [(1, 2, 3.0, 6.0), (2, 1, 1.5, 1.5)]
+    assert rows(deltalake.DeltaTable(uri).to_pyarrow_table()) == [(1, 2, 3.0, 6.0), (2, 1, 1.5, 1.5)]
+
+
+# -- failures ------------------------------------------------------------------------------------------
+def test_executor_failure_commits_nothing_and_vacuum_removes_the_orphans(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    write(spark.range(0, 10).withColumnRenamed("id", "n"), uri)
+    before = _parquet_files(tmp_path / "t")
+
+    def fail_in_last_partition(batches):  # nested, so Spark pickles it by value for the workers
+        import time
+
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() == 3:
+            time.sleep(1.5)  # let the other tasks write their files first
+            raise RuntimeError("boom in partition 3")
+        yield from batches
+
+    df = spark.range(0, 400, numPartitions=4).withColumnRenamed("id", "n")
+    failing = df.mapInArrow(fail_in_last_partition, df.schema)
+    with pytest.raises(Exception, match="boom in partition 3"):
+        write(failing, uri)
+    orphans = _parquet_files(tmp_path / "t") - before
+    assert orphans, "the tasks that finished should have left their files"
+    assert DeltaTable(uri).version() == 0
+    report = DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert _parquet_files(tmp_path / "t") == before
+    assert report is not None
+    assert rows(read(spark, uri)) == [(i,) for i in range(10)]
+
+
+def test_invalid_arguments(spark, tmp_path):
+    df = spark.createDataFrame([(1,)], "id long")
+    with pytest.raises(ValueError, match="mode"):
+        write(df, str(tmp_path / "t"), mode="upsert")
+    with pytest.raises(ValueError, match="replace_where"):
+        write(df, str(tmp_path / "t"), replace_where="id = 1")
+    with pytest.raises(ValueError, match="together"):
+        write(df, str(tmp_path / "t"), app_id="x")
+    with pytest.raises(InvalidCommitError, match="append-only"):
+        write(df, str(tmp_path / "a"), configuration={"delta.appendOnly": "true"})
+        write(df, str(tmp_path / "a"), mode="overwrite")
+
+
+# -- Airflow -----------------------------------------------------------------------------------------------
+def test_operator_commits_once_per_interval(spark, tmp_path):
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from airflow_provider_delta.operators.spark import DeltaSparkWriteOperator
+
+    uri = str(tmp_path / "t")
+
+    def build(session, context):
+        day = context["logical_date"].date()
+        return session.createDataFrame([(1, day), (2, day)], "id long, day date")
+
+    op = DeltaSparkWriteOperator(task_id="load", table_uri=uri, python_callable=build, partition_by=["day"])
+
+    def context(day: int) -> dict:
+        return {"ti": SimpleNamespace(dag_id="sales", task_id="load", map_index=-1), "run_id": f"r{day}",
+                "logical_date": dt.datetime(2024, 3, day, tzinfo=dt.UTC),
+                "outlet_events": defaultdict(SimpleNamespace)}  # fmt: skip
+
+    first = context(1)
+    assert op.execute(first) == 0
+    assert op.execute(context(1)) == 0  # a retry of the same interval: nothing written
+    assert op.execute(context(2)) == 1
+    assert DeltaTable(uri).snapshot().app_transactions == {
+        "airflow/sales/load/-1/2024-03-01T00:00:00+00:00": 1,
+        "airflow/sales/load/-1/2024-03-02T00:00:00+00:00": 1,
+    }
+    (event,) = first["outlet_events"].values()
+    assert event.extra["version"] == 0 and event.extra["appId"].endswith("2024-03-01T00:00:00+00:00")
+    assert deltalake.DeltaTable(uri).to_pyarrow_table().num_rows == 4
+    assert spark.range(1).count() == 1  # the shared session was not stopped by the operator
