@@ -63,6 +63,10 @@ def main() -> None:
     for day in DAYS:
         run(downstream, day, table)
     run(maintenance, DAYS[-1], table)
+    spark_table = f"{os.environ['DELTA_EXAMPLE_ROOT'].rstrip('/')}/spark_events"
+    say("delta_spark_pipeline: ingest on local Spark -> deferred sensor -> checkpoint + vacuum")
+    for day in DAYS[:2]:
+        run(bag.get_dag("delta_spark_pipeline"), day, spark_table)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,13 @@ from airflow_provider_delta.log import AddFile, DeltaTable
 from airflow_provider_delta.triggers.delta import DeltaTableWatcherTrigger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
-DAG_IDS = {"delta_ingest", "delta_downstream", "delta_asset_watch", "delta_maintenance"}
+DAG_IDS = {
+    "delta_ingest",
+    "delta_downstream",
+    "delta_asset_watch",
+    "delta_maintenance",
+    "delta_spark_pipeline",
+}
 DAYS = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
 
 
@@ -195,3 +201,20 @@ def test_asset_watch_reads_versions_from_events(examples):
     ]
     assert module.event_versions(events) == [7, 9]
     assert module.event_versions(None) == []
+
+
+def test_spark_pipeline_ingests_each_day_once_then_waits_and_maintains(examples, tmp_path: Path):
+    pipeline = examples("delta_spark_pipeline")
+    table = str(tmp_path / "tables" / "spark_events")
+    for n, day in enumerate(DAYS[:2]):  # the first write creates the table with its data: version 0
+        run = _test(pipeline, day)
+        assert _xcom(run, "ingest") == n
+        assert _xcom(run, "wait_for_day") == n  # the sensor saw the day's app transaction at that version
+        assert _xcom(run, "checkpoint")["version"] == n
+    run = _test(pipeline, DAYS[0])  # a clear of a day already loaded: nothing new is committed
+    assert _xcom(run, "ingest") == 0
+    rows = deltalake.DeltaTable(table).to_pyarrow_table()
+    assert deltalake.DeltaTable(table).version() == 1
+    per_day = rows.group_by("day").aggregate([("id", "count")]).to_pydict()
+    expected = {d.date(): pipeline.ROWS_PER_DAY for d in DAYS[:2]}
+    assert dict(zip(per_day["day"], per_day["id_count"], strict=True)) == expected
