@@ -15,15 +15,11 @@ version needs (Delta Spark's MetadataCleanup; PROTOCOL.md "Metadata Cleanup").
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import math
 import posixpath
 import re
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -32,7 +28,7 @@ import pyarrow.parquet as pq
 from .properties import LOG_RETENTION, bool_property, interval_property_ms
 from .segment import CLASSIC_RE, COMMIT_RE, MULTI_RE, V2_RE, group_checkpoints
 from .snapshot import load_snapshot
-from .storage import FileMeta, LogStore, mtime_of
+from .storage import FileMeta, LogStore, delete_files, mtime_of
 
 if TYPE_CHECKING:
     from .table import DeltaTable
@@ -44,9 +40,7 @@ SIDECARS = "_sidecars"
 _DAY_MS = 86_400_000
 _CRC = re.compile(r"^(\d{20})\.crc$")
 _COMPACTED = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
-_S3_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 
-Progress = Callable[[int, int], None]
 
 
 def cleanup_expired_logs(
@@ -72,11 +66,11 @@ def cleanup_expired_logs(
         return []
     names = expired_files(files, boundary, cutoff)
     # Oldest first, one batch at a time: an interruption leaves a suffix of the log.
-    delete_paths(store, [store.log_file(n) for n in names], store.log_path, max_workers=1)
+    delete_files(store, [store.log_file(n) for n in names], store.log_path, max_workers=1)
     gone = set(names)
     remaining = [f for f in files if f.name not in gone]
     sidecars = _expired_sidecars(store, remaining, min(cutoff, _midnight_utc(now) - _DAY_MS))
-    delete_paths(store, [store.log_file(n) for n in sidecars], store.log_path, max_workers=1)
+    delete_files(store, [store.log_file(n) for n in sidecars], store.log_path, max_workers=1)
     log.info(
         "log cleanup of %s: deleted %d files before checkpoint %d (cut-off %d)",
         store.uri,
@@ -186,54 +180,3 @@ def _referenced_sidecars(store: LogStore, files: list[FileMeta]) -> set[str] | N
 
 
 # -- deleting (shared with vacuum) ------------------------------------------------------------------------
-def delete_paths(
-    store: LogStore, paths: list[str], under: str, *, max_workers: int = 8, progress: Progress | None = None
-) -> None:
-    """Delete ``paths`` (full paths, each under the folder ``under``) in batches, ``max_workers`` at a
-    time, in list order when ``max_workers`` is 1. S3 deletes 1000 keys per DeleteObjects request; other
-    stores per file. A file already gone counts as deleted; any other failure stops the run and is raised."""
-    prefix = under.rstrip("/") + "/"
-    bad = [p for p in paths if not p.startswith(prefix) or "/../" in p[len(prefix) - 1 :]]
-    if bad:
-        raise AssertionError(f"refusing to delete {bad[0]}: not under {under}")
-    total = len(paths)
-    s3 = store.protocol in ("s3", "s3a") and hasattr(store.fs, "call_s3")
-    size = _S3_BATCH if s3 else max(1, min(1000, math.ceil(total / (max_workers * 8))))
-    batches = [paths[i : i + size] for i in range(0, total, size)]
-    done = 0
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(batches)))) as pool:
-        futures = [pool.submit(_s3_delete if s3 else _delete_each, store, b) for b in batches]
-        try:
-            for fut in as_completed(futures):
-                done += fut.result()
-                log.debug("deleted %d of %d files under %s", done, total, under)
-                if progress is not None:
-                    progress(done, total)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-    if store.protocol not in ("file", "local"):
-        store.fs.invalidate_cache(under)
-    log.info("deleted %d files under %s", total, under)
-
-
-def _delete_each(store: LogStore, batch: list[str]) -> int:
-    for path in batch:
-        with contextlib.suppress(FileNotFoundError):
-            store.fs.rm_file(path)
-    return len(batch)
-
-
-def _s3_delete(store: LogStore, batch: list[str]) -> int:
-    # DeleteObjects directly: fs.rm would expand glob characters ("[", "*", "?") in keys into other keys.
-    bucket = batch[0].split("/", 1)[0]
-    objects = [{"Key": p.split("/", 1)[1]} for p in batch]
-    resp = store.fs.call_s3("delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
-    errors = resp.get("Errors") or []
-    if errors:
-        e = errors[0]
-        raise OSError(
-            f"S3 did not delete {len(errors)} of {len(batch)} objects, e.g. {e.get('Key')}: "
-            f"{e.get('Code')} {e.get('Message')}"
-        )
-    return len(batch)

@@ -6,17 +6,22 @@ version, reads files and answers existence; local, memory, S3, GCS and Azure dif
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
 import os
 import posixpath
 import threading
 import uuid
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 from fsspec.asyn import sync
+
+log = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
 _GCS = frozenset({"gs", "gcs"})
@@ -319,3 +324,65 @@ def _read_local(path: str) -> bytes:
 def _threaded(fn, items: list) -> list:
     with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(items))) as pool:
         return list(pool.map(fn, items))
+
+
+# -- deleting (vacuum, log cleanup) ---------------------------------------------------------------------
+_S3_BATCH = 1000  # DeleteObjects takes at most 1000 keys
+
+
+def delete_files(
+    store: LogStore,
+    paths: list[str],
+    under: str,
+    *,
+    max_workers: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Delete ``paths`` (full paths, each under the folder ``under``) in batches, ``max_workers`` at a
+    time, in list order when ``max_workers`` is 1. S3 deletes 1000 keys per DeleteObjects request; other
+    stores per file. A file already gone counts as deleted; any other failure stops the run and is raised."""
+    prefix = under.rstrip("/") + "/"
+    bad = [p for p in paths if not p.startswith(prefix) or "/../" in p[len(prefix) - 1 :]]
+    if bad:
+        raise AssertionError(f"refusing to delete {bad[0]}: not under {under}")
+    total = len(paths)
+    s3 = store.protocol in ("s3", "s3a") and hasattr(store.fs, "call_s3")
+    size = _S3_BATCH if s3 else max(1, min(1000, math.ceil(total / (max_workers * 8))))
+    batches = [paths[i : i + size] for i in range(0, total, size)]
+    done = 0
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(batches)))) as pool:
+        futures = [pool.submit(_s3_delete if s3 else _delete_each, store, b) for b in batches]
+        try:
+            for fut in as_completed(futures):
+                done += fut.result()
+                log.debug("deleted %d of %d files under %s", done, total, under)
+                if progress is not None:
+                    progress(done, total)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    if store.protocol not in ("file", "local"):
+        store.fs.invalidate_cache(under)
+    log.info("deleted %d files under %s", total, under)
+
+
+def _delete_each(store: LogStore, batch: list[str]) -> int:
+    for path in batch:
+        with contextlib.suppress(FileNotFoundError):
+            store.fs.rm_file(path)
+    return len(batch)
+
+
+def _s3_delete(store: LogStore, batch: list[str]) -> int:
+    # DeleteObjects directly: fs.rm would expand glob characters ("[", "*", "?") in keys into other keys.
+    bucket = batch[0].split("/", 1)[0]
+    objects = [{"Key": p.split("/", 1)[1]} for p in batch]
+    resp = store.fs.call_s3("delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+    errors = resp.get("Errors") or []
+    if errors:
+        e = errors[0]
+        raise OSError(
+            f"S3 did not delete {len(errors)} of {len(batch)} objects, e.g. {e.get('Key')}: "
+            f"{e.get('Code')} {e.get('Message')}"
+        )
+    return len(batch)

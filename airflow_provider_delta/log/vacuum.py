@@ -13,6 +13,7 @@ import logging
 import os
 import posixpath
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow_utils import decode_uri_paths
-from .cleanup import Progress, delete_paths
 from .errors import CorruptLogError, DeltaError, RetentionTooShortError
 from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
 from .protocol import check_write_supported
 from .snapshot import Snapshot, load_snapshot
-from .storage import LogStore, mtime_of
+from .storage import LogStore, delete_files, mtime_of
 
 if TYPE_CHECKING:
     from .table import DeltaTable
@@ -64,7 +64,7 @@ def vacuum(
     *,
     now_ms: int | None = None,
     max_workers: int = 8,
-    progress: Progress | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> VacuumReport:
     """Delete unreferenced files older than the retention (``delta.deletedFileRetentionDuration``).
 
@@ -107,7 +107,7 @@ def vacuum(
     log.info("VACUUM of %s: deleting %d files (%d bytes)", store.uri, len(files), size)
     try:
         full = [f"{store.root}/{f}" for f in files]
-        delete_paths(store, full, store.root, max_workers=max_workers, progress=progress)
+        delete_files(store, full, store.root, max_workers=max_workers, progress=progress)
     except Exception:
         if logged:
             _end(table, "FAILED", 0, listed)
