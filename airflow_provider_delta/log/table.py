@@ -83,6 +83,12 @@ class DeltaTable:
             return snap
         if cached is not None and cached.version == version:
             return cached
+        if cached is not None and cached.version < version:
+            # Usually the version just committed (an automatic checkpoint): catch up incrementally.
+            latest = update_snapshot(cached)
+            self._latest = latest
+            if latest.version == version:
+                return latest
         return load_snapshot(self.store, version)
 
     def version(self) -> int:
