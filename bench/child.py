@@ -30,17 +30,28 @@ def _usage() -> resource.struct_rusage:
     return resource.getrusage(resource.RUSAGE_SELF)  # ru_maxrss in KiB on Linux
 
 
+def _high_water_kib() -> int:
+    """This process's own peak RSS (``VmHWM``). ``ru_maxrss`` would start from the parent's high-water mark
+    on Linux (execve keeps it), which hides a child that peaks lower than the bench harness itself."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return _usage().ru_maxrss
+
+
 def main(argv: list[str]) -> None:
     bench, impl, *args = argv
     work = importlib.import_module(f"bench.{bench}").prepare(impl, *args)
     gc.collect()
     pandas_before = "pandas" in sys.modules
     before = _usage()
+    baseline = _high_water_kib()
     start = time.perf_counter()
     facts = work()
     wall = time.perf_counter() - start
     after = _usage()
-    baseline, peak = before.ru_maxrss, after.ru_maxrss
+    peak = _high_water_kib()
     result = {
         "wall_s": wall,
         "peak_rss_kib": peak,

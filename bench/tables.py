@@ -7,6 +7,13 @@ Two logs, no data files (reading a snapshot never opens them):
   struct columns), its ``_last_checkpoint``, then 50 JSON commits of 10 adds and 3 removes each.
 - ``json_10k``: 10,000 JSON commits of 10 adds each and no checkpoint.
 
+And one table with its data files, for VACUUM:
+
+- ``vacuum_100k``: a checkpoint of 50,000 adds and 25,000 tombstones, then 10 JSON commits that each replace
+  10 checkpointed files with 10 new ones (the first also sets ``delta.vacuum.logging.enabled``); on disk,
+  a 16-byte file for every path in the log (live or removed) and 24,900 orphans never in the log: 100,000
+  files, 50,000 of them unreferenced, all modified 30 days before 2026-01-01.
+
 A table is generated in a temporary folder, checked with deltalake (it must open the table and count the
 files we expect), and only then renamed into place, so a half-written table is never reused.
 """
@@ -293,9 +300,58 @@ def build_json_table(root: Path, commits: int = 10_000, adds_per_commit: int = 1
     return commits - 1, commits * adds_per_commit
 
 
+def write_remove_commit(log_dir: Path, version: int, adds: pa.StructArray, deletion_timestamp: int) -> None:
+    """Commit ``version``: a commitInfo and one remove per add in ``adds`` (a struct array of ``ADD``)."""
+    _write_commit(
+        log_dir, version, [_commit_info(version, "DELETE"), *_json_removes(adds, deletion_timestamp)]
+    )
+
+
+# -- the vacuum table: a log and its data files -----------------------------------------------------------
+def _touch(root: Path, paths: list[str], mtime_s: float) -> None:
+    """A 16-byte file at each path, modified at ``mtime_s`` (vacuum only lists, stats and deletes them)."""
+    for folder in sorted({p.rpartition("/")[0] for p in paths}):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    body = b"PAR1" + bytes(8) + b"PAR1"
+    for p in paths:
+        full = root / p
+        full.write_bytes(body)
+        os.utime(full, (mtime_s, mtime_s))
+
+
+def build_vacuum_table(
+    root: Path, live: int = 50_000, tombstones: int = 25_000, orphans: int = 24_900, commits: int = 10
+) -> tuple[int, int]:
+    """Returns (latest version, live files); ``VACUUM_FILES`` files on disk, half of them unreferenced."""
+    rng = np.random.default_rng(_SEED + 2)
+    log_dir = root / "_delta_log"
+    log_dir.mkdir(parents=True)
+    cp_version = 100
+    adds = _adds(rng, live)
+    removes = _removes(rng, tombstones)
+    write_checkpoint(log_dir, cp_version, adds, removes)
+    gone = rng.choice(live, size=(commits, 10), replace=False)
+    paths = adds.field("path").to_pylist() + removes.field("path").to_pylist()
+    # VACUUM START/END commits on, as deltalake always writes them (Delta Spark: vacuum.logging.enabled).
+    logged = {**_METADATA, "configuration": {"delta.vacuum.logging.enabled": "true"}}
+    for i in range(commits):  # each commit replaces 10 checkpointed files with 10 new ones
+        new = _adds(rng, 10)
+        removed = _json_removes(adds.take(pa.array(gone[i])), deletion_timestamp=_NOW_MS + i)
+        head = [json.dumps({"metaData": logged})] if i == 0 else []
+        lines = [_commit_info(cp_version + 1 + i, "WRITE"), *head, *_json_adds(new), *removed]
+        _write_commit(log_dir, cp_version + 1 + i, lines)
+        paths += new.field("path").to_pylist()
+    paths += _paths(rng, rng.integers(0, _PARTITIONS, orphans)).to_pylist()  # never in the log
+    _touch(root, paths, (_NOW_MS - 30 * 86_400_000) / 1000)
+    return cp_version + commits, live
+
+
+VACUUM_FILES = 100_000  # data files build_vacuum_table leaves on disk with its defaults
+
 BUILDERS: dict[str, Callable[[Path], tuple[int, int]]] = {
     "checkpoint_1m": build_checkpoint_table,
     "json_10k": build_json_table,
+    "vacuum_100k": build_vacuum_table,
 }
 
 
