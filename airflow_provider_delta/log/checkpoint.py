@@ -22,6 +22,7 @@ from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
 from .arrow_utils import encode_uri_paths
 from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from .properties import bool_property
+from .protocol import writer_features
 
 if TYPE_CHECKING:
     from .replay import TableState
@@ -181,7 +182,10 @@ def write_checkpoint(
     store = table.store
     cfg = snap.metadata.configuration
     size_limit = part_size or int(cfg.get("delta.checkpoint.partSize", DEFAULT_PART_SIZE))
-    v2 = cfg.get("delta.checkpointPolicy", "classic").lower() == "v2"
+    # A table with the v2Checkpoint feature gets V2 checkpoints (UUID-named, checkpointMetadata, sidecars).
+    v2 = cfg.get("delta.checkpointPolicy", "classic").lower() == "v2" or "v2Checkpoint" in writer_features(
+        snap.protocol
+    )
     if v2:
         return _write_v2(table, snap, parts or 1)
     whole = checkpoint_table(snap.state())
