@@ -7,7 +7,8 @@ The order matters for exactly-once and for never exposing bad data:
 2. match the DataFrame against the table's schema (enforcement, or ``merge_schema``);
 3. count rows breaking invariants, CHECK constraints, generated columns, NOT NULL and ``replace_where``
    with Spark SQL, aborting before any file exists (see ``constraints``);
-4. executors write the data files and report their ``add`` rows (see ``data_files``);
+4. Spark writes the data files and the driver builds their ``add`` rows: Spark's own Parquet writer where
+   it can follow the table (see ``native_files``), else executors write them with pyarrow (``data_files``);
 5. the driver commits adds, removes (overwrite), the app transaction and any metadata change as one
    version through the core, which retries past compatible concurrent commits.
 
@@ -33,6 +34,7 @@ from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_
 
 from .constraints import Rule, check, generated_columns, table_rules
 from .data_files import ADD_ROW, WriteSpec, write_files
+from .native_files import native_write_blocker, write_native
 from .schema import SchemaMismatchError, assign_column_mapping, delta_schema_of, enforce, spark_schema_of
 
 if TYPE_CHECKING:
@@ -107,7 +109,7 @@ def write(
     removes: list[AddFile] = []
     if mode == "overwrite" and snap is not None:
         removes = files_to_replace(df.sparkSession, snap, replace_where)
-    adds = write_data(plan, table_uri, storage_options or {})
+    adds = _write_files(plan, table, storage_options or {})
     return _commit(table, snap, plan, adds, removes, mode, replace_where, app_id, app_version)
 
 
@@ -216,6 +218,16 @@ def files_to_replace(spark: SparkSession, snap: Snapshot, replace_where: str | N
 
 
 # -- writing ------------------------------------------------------------------------------------------
+def _write_files(plan: WritePlan, table: DeltaTable, storage_options: dict[str, Any]) -> list[AddFile]:
+    """Spark's own Parquet writer where it can write the table's files (cheaper: rows never leave the JVM),
+    else the ``mapInArrow`` writer; see ``native_write_blocker`` for when and why."""
+    blocker = native_write_blocker(plan, table.store)
+    if blocker is None:
+        return write_native(plan, table.store)
+    log.info("writing %s with pyarrow through mapInArrow: %s", table.uri, blocker)
+    return write_data(plan, table.uri, storage_options)
+
+
 def write_data(plan: WritePlan, table_uri: str, storage_options: dict[str, Any]) -> list[AddFile]:
     """Run the Spark job that writes the data files; the ``add`` actions for them."""
     mode = column_mapping_mode(plan.configuration)

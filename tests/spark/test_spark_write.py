@@ -1,7 +1,9 @@
 """The Spark writer on a real local[2] session: what it writes, deltalake and the Rust kernel read back.
 
 Also: schema enforcement and merge, constraints that abort before anything is written, replace_where,
-exactly-once app transactions, and an executor failure that leaves only orphans for VACUUM.
+exactly-once app transactions, and an executor failure that leaves only orphans for VACUUM. Local tables
+are written by Spark's own Parquet writer (``native_files``) unless the table needs the mapInArrow path;
+both paths must give the same ``add`` actions.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from airflow_provider_delta.log.errors import InvalidCommitError
 from airflow_provider_delta.spark import (
     ConstraintViolationError,
     SchemaMismatchError,
+    native_files,
     read,
     write,
 )
@@ -225,7 +228,8 @@ def test_constraints_pass_and_generated_columns_are_computed(spark, tmp_path):
 
 
 # -- failures ------------------------------------------------------------------------------------------
-def test_executor_failure_commits_nothing_and_vacuum_removes_the_orphans(spark, tmp_path):
+def test_executor_failure_commits_nothing_and_vacuum_removes_the_orphans(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(native_files, "NATIVE_WRITES", False)  # the executors write straight to the table
     uri = str(tmp_path / "t")
     write(spark.range(0, 10).withColumnRenamed("id", "n"), uri)
     before = _parquet_files(tmp_path / "t")
@@ -250,7 +254,7 @@ def test_executor_failure_commits_nothing_and_vacuum_removes_the_orphans(spark, 
     report = DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert _parquet_files(tmp_path / "t") == before
     assert report is not None
-    assert rows(read(spark, uri)) == [(i,) for i in range(10)]
+    assert rows(read(spark, uri), ["n"]) == [(i,) for i in range(10)]
 
 
 def test_invalid_arguments(spark, tmp_path):
@@ -298,3 +302,136 @@ def test_operator_commits_once_per_interval(spark, tmp_path):
     assert event.extra["version"] == 0 and event.extra["appId"].endswith("2024-03-01T00:00:00+00:00")
     assert deltalake.DeltaTable(uri).to_pyarrow_table().num_rows == 4
     assert spark.range(1).count() == 1  # the shared session was not stopped by the operator
+
+
+# -- Spark's own Parquet writer (native_files) ------------------------------------------------------------
+def _odd_partitions(spark):
+    """Rows whose ``name`` partition values need escaping in folder names, or are null."""
+    names = ["a/b=c", "x y%25", "ü:#?", None, "plain", "long" * 10]
+    base = dt.datetime(2024, 3, 1, 12, 30, 0, 123456, tzinfo=dt.UTC)
+    data = [
+        (i, names[i % len(names)], dt.date(2024, 3, 1 + i // 6 % 2), base + dt.timedelta(minutes=i),
+         Decimal(i) / 4, i % 2 == 0, i * 1.5 if i % 5 else None, [f"t{i}"], {"k": i},
+         (i, "y" * (33 + i % 5)))
+        for i in range(60)
+    ]  # fmt: skip
+    return spark.createDataFrame(data, DDL).repartition(1)  # one task: the same file layout on both paths
+
+
+def _spy_paths(monkeypatch) -> list[str]:
+    import importlib
+
+    write_module = importlib.import_module("airflow_provider_delta.spark.write")  # the module, not write()
+    taken: list[str] = []
+    for name, label in (("write_native", "native"), ("write_data", "mapInArrow")):
+        original = getattr(write_module, name)
+
+        def spy(*args, _original=original, _label=label, **kwargs):
+            taken.append(_label)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(write_module, name, spy)
+    return taken
+
+
+def test_native_path_where_spark_can_write_the_files_and_mapinarrow_elsewhere(spark, tmp_path, monkeypatch):
+    from airflow_provider_delta.spark.write import plan_write
+
+    def blocker(ddl: str, uri: str, partition_by=(), **config) -> str | None:
+        df = spark.createDataFrame([], ddl)
+        plan = plan_write(df, None, list(partition_by), False, config)
+        return native_files.native_write_blocker(plan, DeltaTable(uri).store)
+
+    local = str(tmp_path / "p")
+    assert blocker(DDL, local, ["name", "day"]) is None
+    assert blocker(DDL, "file://" + local, ["ok", "amount"]) is None
+    assert "storage 'memory'" in blocker(DDL, "memory://p")
+    assert "column mapping" in blocker(DDL, local, **{"delta.columnMapping.mode": "name"})
+    assert "timestamp_ntz" in blocker("id long, t timestamp_ntz", local)
+    assert "timestamp_ntz" in blocker("id long, s struct<t:array<timestamp_ntz>>", local)
+    assert "partition column 'ts'" in blocker(DDL, local, ["ts"])
+    assert "every column" in blocker("id long, day date", local, ["id", "day"])
+    taken = _spy_paths(monkeypatch)
+    write(_data(spark, 4), str(tmp_path / "n"), partition_by=["day"])
+    write(spark.createDataFrame([(1, "a")], "id long, part string"), str(tmp_path / "cm"),
+          configuration={"delta.columnMapping.mode": "name"})  # fmt: skip
+    assert taken == ["native", "mapInArrow"]
+
+
+def test_native_and_mapinarrow_paths_give_the_same_adds(spark, tmp_path, monkeypatch):
+    df = _odd_partitions(spark)
+    adds = {}
+    for native in (True, False):
+        monkeypatch.setattr(native_files, "NATIVE_WRITES", native)
+        uri = str(tmp_path / f"native {native}")
+        write(df, uri, partition_by=["name", "day"])
+        files = DeltaTable(uri).snapshot().files.to_pylist()
+        adds[native] = sorted(files, key=lambda a: a["path"].split("/")[:2])
+    assert len(adds[True]) == len(adds[False]) == 12
+    for ours, theirs in zip(adds[True], adds[False], strict=True):
+        # Same folders (Spark's escaping), values and statistics; sizes differ with the Parquet writer.
+        assert ours["path"].rsplit("/", 1)[0] == theirs["path"].rsplit("/", 1)[0]
+        assert dict(ours["partitionValues"]) == dict(theirs["partitionValues"])
+        assert json.loads(ours["stats"]) == json.loads(theirs["stats"])  # 0.0 == -0.0: writers differ
+        assert ours["size"] > 0 and abs(ours["modificationTime"] - theirs["modificationTime"]) < 600_000
+    stats = [json.loads(a["stats"]) for a in adds[True]]
+    assert sum(s["numRecords"] for s in stats) == 60
+    # Strings longer than 32 characters: a 32-character prefix as the minimum, no maximum (as Delta Spark).
+    assert all(s["minValues"]["point"]["y"] == "y" * 32 and "y" not in s["maxValues"]["point"] for s in stats)
+    assert {dict(a["partitionValues"])["name"] for a in adds[True]} == {
+        "a/b=c",
+        "x y%25",
+        "ü:#?",
+        None,
+        "plain",
+        "long" * 10,
+    }
+
+
+def test_native_write_with_escaped_and_null_partitions_reads_back(spark, tmp_path):
+    uri = str(tmp_path / "a table")
+    df = _odd_partitions(spark)
+    write(df, uri, partition_by=["name", "day"])
+    write(df.where("id < 10"), uri)  # an append to the same partitions
+    expected = rows(df.unionAll(df.where("id < 10")))
+    assert rows(deltalake.DeltaTable(uri).to_pyarrow_table(), df.columns) == expected
+    assert rows(kernel_rows(Path(uri)), df.columns) == expected
+    assert rows(read(spark, uri)) == expected
+    root = Path(uri)
+    folders = {p.relative_to(root).parts[0] for p in root.iterdir()}
+    assert "name=__HIVE_DEFAULT_PARTITION__" in folders and "name=a%2Fb%3Dc" in folders
+    assert native_files.STAGING_DIR not in folders  # the staging folder is gone
+    assert not list(root.rglob(".*.crc")) and not list(root.rglob("_SUCCESS"))
+    some = pq.ParquetFile(root / DeltaTable(uri).snapshot().file_paths()[0])
+    assert some.schema.column(some.schema.names.index("ts")).physical_type == "INT64"  # not INT96
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"  # restored after the write
+
+
+def test_native_write_of_no_rows_commits_no_files(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    write(spark.createDataFrame([], "id long, name string"), uri)
+    assert DeltaTable(uri).snapshot().num_files == 0 and _parquet_files(tmp_path / "t") == set()
+
+
+def test_native_write_failure_commits_nothing_and_leaves_no_files(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    uri = str(tmp_path / "t")
+    write(spark.range(0, 10).selectExpr("id AS n", "id % 2 AS p"), uri, partition_by=["p"])
+    before = {p for p in (tmp_path / "t").rglob("*") if "_delta_log" not in p.parts}
+
+    @F.udf("long")
+    def fail_on_77(n):
+        if n == 77:
+            raise RuntimeError("boom on row 77")
+        return n
+
+    failing = spark.range(0, 100, numPartitions=4).select(
+        fail_on_77("id").alias("n"), F.lit(1).cast("long").alias("p")
+    )
+    with pytest.raises(Exception, match="boom on row 77"):
+        write(failing, uri)
+    assert DeltaTable(uri).version() == 0
+    after = {p for p in (tmp_path / "t").rglob("*") if "_delta_log" not in p.parts}
+    assert after == before  # no data file, and no staging folder either
+    assert rows(read(spark, uri), ["n"]) == [(i,) for i in range(10)]
