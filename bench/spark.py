@@ -6,9 +6,11 @@ order of the two swapped every round.
 
 - write: the same 5,000,000 rows (``spark.range``: ``id``, ``value``, ``name``, and ``region`` with 20
   values), partitioned by ``region``, to a new folder on local disk each run, through
-  ``airflow_provider_delta.spark.write(df, uri, partition_by=["region"])`` (executors write Parquet with
-  pyarrow, then the driver commits) and through ``df.write.partitionBy("region").parquet(path)``. The
-  figure is our overhead on top of Spark's own write. Each result is checked: the Parquet footers (and, for
+  ``airflow_provider_delta.spark.write(df, uri, partition_by=["region"])`` (Spark's own Parquet writer
+  writes the files, the driver reads their footers, moves them into the table and commits; with
+  ``--mapinarrow``, executors write the files with pyarrow instead, as for tables Spark's writer cannot
+  follow) and through ``df.write.partitionBy("region").parquet(path)``. The figure is our overhead on top
+  of Spark's own write. Each result is checked: the Parquet footers (and, for
   Delta, the table's stats) must count every row, in 20 partitions.
 - checkpoint: a checkpoint of the ``bench.checkpoint`` log (1,000,000 adds, 1,000 live tombstones) by
   ``checkpoint_with_spark(spark, uri)`` and by ``DeltaTable(uri).checkpoint()`` in the same process, each
@@ -47,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(runs=3)  # Spark runs are long: 3 by default, not 5
     parser.add_argument("--rows", type=int, default=ROWS, help=f"rows written (default {ROWS:,})")
     parser.add_argument("--skip-checkpoint", action="store_true", help="only the write comparison")
+    fallback = "write through mapInArrow, the fallback for tables Spark's Parquet writer cannot follow"
+    parser.add_argument("--mapinarrow", action="store_true", help=fallback)
 
 
 # -- worker side ------------------------------------------------------------------------------------------
@@ -147,18 +151,20 @@ def _time_commits() -> list[float]:
 
 def worker(config: dict[str, Any]) -> dict[str, Any]:
     from airflow_provider_delta.log import DeltaTable
-    from airflow_provider_delta.spark import checkpoint_with_spark, spark_session, write
+    from airflow_provider_delta.spark import checkpoint_with_spark, native_files, spark_session, write
 
     from .checkpoint import copy_log, verify
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    native_files.NATIVE_WRITES = not config.get("mapinarrow", False)
     base, rows = Path(config["base"]), config["rows"]
     started = time.perf_counter()
     spark = spark_session("local[2]", CONF, app_name="airflow-provider-delta-bench")
     spark.sparkContext.setLogLevel("ERROR")
     startup = time.perf_counter() - started
     df = frame(spark, rows)
-    out: dict[str, Any] = {"session_start_s": startup, "facts": {}}
+    path = "mapInArrow" if config.get("mapinarrow") else "Spark's Parquet writer"
+    out: dict[str, Any] = {"session_start_s": startup, "facts": {}, "path": path}
 
     commit_s = _time_commits()
 
@@ -214,7 +220,8 @@ def _report(out: dict[str, Any], runs: int, rows: int) -> tuple[str, dict[str, A
     facts = out["facts"]
     verdict = "met" if overhead <= WRITE_GOAL else "MISSED"
     lines = [
-        f"spark: {rows:,} rows partitioned by region ({REGIONS} values), local[2] (median of {runs} runs)",
+        f"spark: {rows:,} rows partitioned by region ({REGIONS} values), local[2] (median of {runs} runs); "
+        f"Delta files written by {out['path']}",
         "",
         "| | Delta: spark.write() | Spark: df.write.parquet() | Delta/Parquet | goal |",
         "| --- | ---: | ---: | ---: | --- |",
@@ -230,6 +237,7 @@ def _report(out: dict[str, Any], runs: int, rows: int) -> tuple[str, dict[str, A
     ]
     payload: dict[str, Any] = {
         "rows": rows,
+        "path": out["path"],
         "session_start_s": out["session_start_s"],
         "write": {
             "samples": out["write"],
@@ -261,7 +269,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     env = measure.child_env(args.data_dir)
     base = Path(args.data_dir) / f"spark-{uuid.uuid4().hex[:8]}"
     base.mkdir(parents=True)
-    config: dict[str, Any] = {"base": str(base), "rows": args.rows, "runs": args.runs}
+    config: dict[str, Any] = {"base": str(base), "rows": args.rows, "runs": args.runs,
+                              "mapinarrow": args.mapinarrow}  # fmt: skip
     try:
         if not args.skip_checkpoint:
             source = checkpoint.helper(["table", str(args.data_dir)], env)
