@@ -1,10 +1,10 @@
 """Conflict detection between a transaction and the commits that won the race for its version.
 
-Follows Delta Spark's ``ConflictChecker`` for the WriteSerializable (default) and Serializable isolation
-levels: a protocol or metadata change always conflicts; files added by a winner conflict only if this
-transaction read the data they fall in (and, under WriteSerializable, only if the winner was not a blind
-append); removed files conflict with files this transaction read or removed; app ids this transaction
-depends on must not move.
+Follows Delta Spark's ``ConflictChecker`` for its isolation levels: a protocol or metadata change always
+conflicts; files added by a winner conflict only if this transaction read the data they fall in (under
+WriteSerializable only if the winner was not a blind append; under SnapshotIsolation, which Delta Spark uses
+for transactions that change no data, never); removed files conflict with files this transaction read or
+removed, and with partitions it read; app ids this transaction depends on must not move.
 """
 
 from __future__ import annotations
@@ -21,11 +21,29 @@ from .errors import (
     ConcurrentDeleteReadError,
     ConcurrentTransactionError,
     CorruptLogError,
+    InvalidCommitError,
     MetadataChangedError,
     ProtocolChangedError,
 )
 
-ISOLATION_LEVELS = ("WriteSerializable", "Serializable")
+ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
+ISOLATION_LEVEL = "delta.isolationLevel"
+DEFAULT_ISOLATION = "Serializable"  # Delta Spark's default for tables that do not set delta.isolationLevel
+
+
+def table_isolation(configuration: Mapping[str, str]) -> str:
+    """The isolation level a table asks for: ``delta.isolationLevel``, Serializable when unset.
+
+    Delta Spark honours the property on commit (and only accepts Serializable when setting it itself);
+    a value that is not a level is refused rather than guessed, since it decides which races are allowed.
+    """
+    level = configuration.get(ISOLATION_LEVEL, DEFAULT_ISOLATION)
+    if level not in ISOLATION_LEVELS[:2]:
+        raise InvalidCommitError(
+            f"table property {ISOLATION_LEVEL}={level!r} is not an isolation level: use one of "
+            f"{ISOLATION_LEVELS[:2]}"
+        )
+    return level
 
 
 @dataclass
@@ -39,7 +57,7 @@ class WinningCommit:
     changed_protocol: bool = False
     changed_metadata: bool = False
     data_adds: list[dict[str, Any]] = field(default_factory=list)  # adds with dataChange=true
-    removed_paths: set[str] = field(default_factory=set)
+    removed: dict[str, Mapping[str, str | None] | None] = field(default_factory=dict)  # path -> partition
     app_ids: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -67,8 +85,8 @@ class WinningCommit:
             self.changed_metadata = True
         elif name == "add" and body.get("dataChange", True):
             self.data_adds.append(body)
-        elif name == "remove":
-            self.removed_paths.add(unquote(body["path"]))
+        elif name == "remove":  # dataChange=false too: a compaction removes what others read
+            self.removed[unquote(body["path"])] = body.get("partitionValues")
         elif name == "txn":
             self.app_ids[body["appId"]] = int(body["version"])
 
@@ -110,19 +128,26 @@ def check_conflicts(
         raise ProtocolChangedError("the protocol of the table changed since this transaction read it", **kw)
     if win.changed_metadata:
         raise MetadataChangedError("the table metadata changed since this transaction read it", **kw)
-    # WriteSerializable lets blind appends pass unless this transaction changes the metadata.
+    # WriteSerializable lets blind appends pass unless this transaction changes the metadata;
+    # SnapshotIsolation (a transaction that changes no data) lets every append pass.
     sees_appends = isolation == "Serializable" or changes_metadata or not win.blind_append
-    if win.data_adds and not read.is_blind() and sees_appends:
+    if win.data_adds and not read.is_blind() and sees_appends and isolation != "SnapshotIsolation":
         for add in win.data_adds:
             if read.covers(add.get("partitionValues") or {}):
                 where = add.get("partitionValues") or "the table"
                 raise ConcurrentAppendError(f"files were added to {where} that this transaction read", **kw)
-    if win.removed_paths:
-        if read.whole_table and win.removed_paths:
+    if win.removed:
+        if read.whole_table:
             raise ConcurrentDeleteReadError("a file this transaction read was removed", **kw)
-        if hit := sorted(win.removed_paths & read.files):
+        if hit := sorted(win.removed.keys() & read.files):
             raise ConcurrentDeleteReadError(f"{hit[0]} was removed but this transaction read it", **kw)
-        if hit := sorted(win.removed_paths & removed):
+        for path, values in sorted(win.removed.items()):
+            # A remove without partitionValues may be in any partition this transaction read.
+            if read.partitions and (values is None or read.covers(values)):
+                raise ConcurrentDeleteReadError(
+                    f"{path} was removed from a partition this transaction read", **kw
+                )
+        if hit := sorted(win.removed.keys() & removed):
             raise ConcurrentDeleteDeleteError(f"{hit[0]} was removed by both transactions", **kw)
     if hit := sorted(set(win.app_ids) & read.app_ids):
         raise ConcurrentTransactionError(f"application id {hit[0]!r} committed concurrently", **kw)

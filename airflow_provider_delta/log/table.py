@@ -156,10 +156,9 @@ class DeltaTable:
         )
         return table
 
-    def transaction(
-        self, isolation: str = "WriteSerializable", *, allow_unsafe_storage: bool = False
-    ) -> Transaction:
-        """A transaction that starts from the latest snapshot."""
+    def transaction(self, isolation: str | None = None, *, allow_unsafe_storage: bool = False) -> Transaction:
+        """A transaction that starts from the latest snapshot; ``isolation`` overrides the table's
+        ``delta.isolationLevel`` (see ``Transaction``)."""
         from .transaction import Transaction
 
         return Transaction(

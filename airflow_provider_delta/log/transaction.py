@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__ as _core_version
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
-from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts
+from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts, table_isolation
 from .errors import CommitFailedError, ConcurrentTransactionError, DeltaError
 from .properties import CHECKPOINT_INTERVAL, ict_enablement_version
 from .segment import commit_name, commit_version
@@ -51,7 +51,10 @@ class Transaction:
 
     :param table: the table to commit to.
     :param snapshot: the snapshot this transaction read; ``None`` only when creating a table.
-    :param isolation: ``"WriteSerializable"`` (default, as Delta Spark) or ``"Serializable"``.
+    :param isolation: ``"Serializable"`` or ``"WriteSerializable"``; by default the table's
+        ``delta.isolationLevel`` (Serializable when unset), as Delta Spark decides. A transaction that
+        changes no data (only ``dataChange=false`` files, e.g. a compaction) is checked with
+        SnapshotIsolation, as Delta Spark does, so concurrent appends never fail it.
     :param allow_unsafe_storage: commit on a backend without atomic create-if-absent (single writer only).
     """
 
@@ -60,11 +63,11 @@ class Transaction:
         table: DeltaTable,
         snapshot: Snapshot | None,
         *,
-        isolation: str = "WriteSerializable",
+        isolation: str | None = None,
         allow_unsafe_storage: bool = False,
     ) -> None:
-        if isolation not in ISOLATION_LEVELS:
-            raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
+        if isolation is not None and isolation not in ISOLATION_LEVELS[:2]:
+            raise ValueError(f"isolation must be one of {ISOLATION_LEVELS[:2]}, not {isolation!r}")
         self.table = table
         self.snapshot = snapshot
         self.isolation = isolation
@@ -258,7 +261,7 @@ class Transaction:
                 win,
                 self.read,
                 {r.path for r in self.removes},
-                isolation=self.isolation,
+                isolation=self.isolation_level(),
                 changes_metadata=self.metadata is not None,
             )
             previous_ict = _ict_from_commit(data) or previous_ict
@@ -290,7 +293,7 @@ class Transaction:
         info["operationParameters"] = {k: _param(v) for k, v in (params or {}).items()}
         if self.snapshot is not None:
             info["readVersion"] = self.snapshot.version
-        info["isolationLevel"] = self.isolation
+        info["isolationLevel"] = self.isolation_level()
         info["isBlindAppend"] = self._is_blind_append()
         if metrics:
             info["operationMetrics"] = {k: str(v) for k, v in metrics.items()}  # strings, as Delta Spark
@@ -310,6 +313,16 @@ class Transaction:
         out.extend(json.dumps({"add": a.to_json()}, separators=(",", ":")) for a in self.adds)
         out.extend(json.dumps({"remove": r.to_json()}, separators=(",", ":")) for r in self.removes)
         return ("\n".join(out) + "\n").encode("utf-8")
+
+    def isolation_level(self) -> str:
+        """The level this commit is checked with (and records in commitInfo), as Delta Spark picks it:
+        SnapshotIsolation when no file action changes data, else the requested or the table's level."""
+        if not any(f.data_change for f in (*self.adds, *self.removes)):
+            return "SnapshotIsolation"
+        if self.isolation is not None:
+            return self.isolation
+        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
+        return table_isolation(md.configuration if md is not None else {})
 
     def _is_blind_append(self) -> bool:
         return (

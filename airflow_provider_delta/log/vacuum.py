@@ -4,7 +4,9 @@ Delta Spark's VACUUM (FULL): list every file under the root except hidden paths,
 snapshot references (live adds, their deletion-vector files, tombstones still within the retention) and
 any file modified within the retention; delete the rest ("Data Files": "can be lazily deleted by the
 vacuum command after a user-specified retention period"). Candidates come only from listing the root, so
-a path in the log that points elsewhere (absolute, ``..``, another bucket) can never be deleted.
+a path in the log that points elsewhere (absolute, ``..``, another bucket) can never be deleted. On local
+disk, directories left empty (an emptied partition) are removed too, as Delta Spark does; object stores
+have no directories to remove.
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ def vacuum(
     retention_ms = _retention_ms(snap, retention_hours, enforce_retention_duration)
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     cutoff = now - retention_ms
-    listed = _list_candidates(store, _partition_dir_names(snap))
+    dirs: list[str] = []
+    listed = _list_candidates(store, _partition_dir_names(snap), dirs)
     kept = pc.is_in(listed.column("path"), value_set=_keep(snap, cutoff))
     doomed = listed.filter(pc.and_(pc.less(listed.column("mtime"), cutoff), pc.invert(kept))).sort_by("path")
     files = doomed.column("path").to_pylist()
@@ -95,7 +98,8 @@ def vacuum(
     if dry_run:
         log.info("VACUUM DRY RUN of %s: %d files (%d bytes) would be deleted", store.uri, len(files), size)
         return VacuumReport(files, size, time.monotonic() - started, True, hours)
-    logged = bool_property(snap.configuration, VACUUM_LOGGING)
+    # Delta Spark logs by default on stores that take concurrent commits safely; ours all do.
+    logged = bool_property(snap.configuration, VACUUM_LOGGING, default=True)
     if logged:
         params = {
             "retentionCheckEnabled": enforce_retention_duration,
@@ -108,6 +112,7 @@ def vacuum(
     try:
         full = [f"{store.root}/{f}" for f in files]
         delete_files(store, full, store.root, max_workers=max_workers, progress=progress)
+        _remove_empty_dirs(store.root, dirs)
     except Exception:
         if logged:
             _end(table, "FAILED", 0, listed)
@@ -241,10 +246,11 @@ def is_hidden(name: str, partition_columns: tuple[str, ...]) -> bool:
     return not any(name.startswith(c + "=") for c in partition_columns)
 
 
-def _list_candidates(store: LogStore, partition_columns: tuple[str, ...]) -> pa.Table:
-    """Every file under the root that is not hidden: ``path`` (root-relative), ``size``, ``mtime`` (ms)."""
+def _list_candidates(store: LogStore, partition_columns: tuple[str, ...], dirs: list[str]) -> pa.Table:
+    """Every file under the root that is not hidden: ``path`` (root-relative), ``size``, ``mtime`` (ms).
+    On local disk, the visible directories are appended to ``dirs``."""
     if store.protocol in ("file", "local"):
-        paths, sizes, mtimes = _walk_local(store.root, partition_columns)
+        paths, sizes, mtimes = _walk_local(store.root, partition_columns, dirs)
     else:
         paths, sizes, mtimes = _find(store)
     listed = pa.table(
@@ -272,9 +278,12 @@ def _hidden_components(names: pa.Array, partition_columns: tuple[str, ...]) -> p
     return pc.or_(pc.or_(pc.starts_with(names, "."), underscore), pc.equal(names, "metadata"))
 
 
-def _walk_local(root: str, partition_columns: tuple[str, ...]) -> tuple[list[str], list[int], list[int]]:
+def _walk_local(
+    root: str, partition_columns: tuple[str, ...], dirs: list[str]
+) -> tuple[list[str], list[int], list[int]]:
     """os.scandir walk that never enters hidden directories (``_delta_log`` ...) nor follows symlinks:
-    a symlink is neither listed nor descended into, so nothing outside the root can be reached."""
+    a symlink is neither listed nor descended into, so nothing outside the root can be reached. The
+    directories walked (root-relative, parents first) go to ``dirs``."""
     paths: list[str] = []
     sizes: list[int] = []
     mtimes: list[int] = []
@@ -292,6 +301,7 @@ def _walk_local(root: str, partition_columns: tuple[str, ...]) -> tuple[list[str
             if e.is_dir(follow_symlinks=False):
                 if not is_hidden(e.name, partition_columns):
                     stack.append(rel)
+                    dirs.append(rel)
             elif e.is_file(follow_symlinks=False):
                 try:
                     st = e.stat(follow_symlinks=False)
@@ -301,6 +311,17 @@ def _walk_local(root: str, partition_columns: tuple[str, ...]) -> tuple[list[str
                 sizes.append(st.st_size)
                 mtimes.append(st.st_mtime_ns // 1_000_000)
     return paths, sizes, mtimes
+
+
+def _remove_empty_dirs(root: str, dirs: list[str]) -> None:
+    """Remove the walked directories that are empty now, deepest first (a parent empties when its last
+    child goes). ``rmdir`` only ever removes an empty directory, so a file written meanwhile is safe; a
+    writer that made a directory and has not yet written into it may have to make it again."""
+    for rel in sorted(dirs, key=lambda d: d.count("/"), reverse=True):
+        try:
+            os.rmdir(os.path.join(root, rel))
+        except OSError:  # not empty (the usual case), or gone already
+            continue
 
 
 def _find(store: LogStore) -> tuple[list[str], list[int], list[int]]:

@@ -6,6 +6,7 @@ what they wrote, we commit on top of and they read back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.parse
 from pathlib import Path
@@ -227,12 +228,69 @@ def test_write_serializable_lets_blind_appends_pass_but_serializable_does_not(
 ):
     files = seeded(tmp_path, table)
     x = [f for f in files if f.partition_values["p"] == "x"]
-    ws = table.transaction().read_partitions({"p": "x"}).remove_files(x[:1])
+    ws = table.transaction("WriteSerializable").read_partitions({"p": "x"}).remove_files(x[:1])
     ser = table.transaction("Serializable").read_partitions({"p": "x"}).remove_files(x[1:])
     table.transaction().add_files([add(table, tmp_path, "x", [8])]).commit()  # blind append into p=x
     assert ws.commit("DELETE").version == 3
     with pytest.raises(ConcurrentAppendError):
         ser.commit("DELETE")
+
+
+@pytest.mark.parametrize(
+    ("level", "conflicts"), [(None, True), ("Serializable", True), ("WriteSerializable", False)]
+)
+def test_the_tables_isolation_level_decides_by_default(tmp_path: Path, level: str | None, conflicts: bool):
+    """Delta Spark honours delta.isolationLevel and is Serializable without it."""
+    config = {} if level is None else {"delta.isolationLevel": level}
+    t = DeltaTable.create(str(tmp_path), SCHEMA, partition_by=["p"], configuration=config)
+    files = seeded(tmp_path, t)
+    mine = t.transaction().read_partitions({"p": "x"}).add_files([add(t, tmp_path, "x", [20])])
+    t.transaction().add_files([add(t, tmp_path, "x", [21])]).commit()  # blind append into p=x
+    if conflicts:
+        with pytest.raises(ConcurrentAppendError):
+            mine.commit()
+    else:
+        assert mine.commit().version == 3
+    info = json.loads((tmp_path / "_delta_log" / f"{t.version():020d}.json").read_text().splitlines()[0])
+    assert info["commitInfo"]["isolationLevel"] == (level or "Serializable")
+    assert files
+
+
+def test_a_bad_isolation_level_property_is_refused_by_name(tmp_path: Path):
+    t = DeltaTable.create(
+        str(tmp_path), SCHEMA, partition_by=["p"], configuration={"delta.isolationLevel": "Snapshot"}
+    )
+    with pytest.raises(InvalidCommitError, match="delta.isolationLevel='Snapshot'"):
+        t.transaction().add_files([add(t, tmp_path, "x", [1])]).commit()
+    assert t.version() == 0
+
+
+def test_a_compaction_is_checked_with_snapshot_isolation(tmp_path: Path, table: DeltaTable):
+    """A transaction that changes no data (dataChange=false, as OPTIMIZE) is not failed by appends."""
+    files = seeded(tmp_path, table)
+    x = [f for f in files if f.partition_values["p"] == "x"]
+    packed = dataclasses.replace(add(table, tmp_path, "x", [0, 1], name="packed"), data_change=False)
+    compaction = table.transaction().read_partitions({"p": "x"}).remove_files(x, data_change=False)
+    compaction.add_files([packed])
+    table.transaction().add_files([add(table, tmp_path, "x", [30])]).commit()
+    assert compaction.commit("OPTIMIZE").version == 3
+    info = json.loads((tmp_path / "_delta_log" / f"{3:020d}.json").read_text().splitlines()[0])
+    assert info["commitInfo"]["isolationLevel"] == "SnapshotIsolation"
+
+
+@pytest.mark.parametrize("level", ["Serializable", "WriteSerializable"])
+def test_a_file_removed_from_a_partition_that_was_read_conflicts(
+    tmp_path: Path, table: DeltaTable, level: str
+):
+    """Delta Spark: ConcurrentDeleteReadException when a winner removes a file matching the read filter."""
+    files = seeded(tmp_path, table)
+    x = [f for f in files if f.partition_values["p"] == "x"]
+    mine = table.transaction(level).read_partitions({"p": "x"}).add_files([add(table, tmp_path, "x", [40])])
+    other = table.transaction(level).read_partitions({"p": "y"}).add_files([add(table, tmp_path, "y", [41])])
+    table.transaction().remove_files(x[:1]).commit("DELETE")
+    with pytest.raises(ConcurrentDeleteReadError, match="partition this transaction read"):
+        mine.commit()
+    assert other.commit().version == 3  # p=y was not touched
 
 
 def test_append_outside_the_read_partitions_does_not_conflict(tmp_path: Path, table: DeltaTable):

@@ -53,6 +53,11 @@ def existing(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
 
 
+def data_files(root: Path) -> set[str]:
+    """What exists outside the log (vacuum's own START/END commits are checked elsewhere)."""
+    return {p for p in existing(root) if not p.startswith("_delta_log/")}
+
+
 def add(t: DeltaTable, rel: str, p: str = "a") -> AddFile:
     return AddFile.from_file(t, rel, {"p": p})
 
@@ -124,7 +129,8 @@ def test_vacuum_deletes_exactly_orphans_and_expired_tombstones(root: Path):
 
     real = vacuum(t, dry_run=False, now_ms=NOW)
     assert real.files == dry.files and real.bytes == dry.bytes and not real.dry_run
-    assert existing(root) == before - doomed
+    assert data_files(root) == {p for p in before if not p.startswith("_delta_log/")} - doomed
+    assert existing(root) - before == {f"_delta_log/{v:020d}.json" for v in (t.version() - 1, t.version())}
     assert existing(root.parent / "outside") == outside_before
     assert vacuum(t, now_ms=NOW).files == []  # nothing left to do
 
@@ -328,7 +334,7 @@ def test_a_retention_below_the_tables_is_refused_and_deletes_nothing(root: Path)
     }
     later = vacuum(t, retention_hours=24, enforce_retention_duration=False, now_ms=NOW + 1)
     assert later.files == ["_change_data/cdc-recent.parquet", "p=a/removed-yesterday.parquet"]
-    assert existing(root) == before - set(report.files)
+    assert data_files(root) == {p for p in before if not p.startswith("_delta_log/")} - set(report.files)
 
 
 def test_the_tables_own_retention_property_is_honoured(root: Path):
@@ -422,11 +428,17 @@ def test_vacuum_start_and_end_commits_when_logging_is_enabled(root: Path):
     assert t.snapshot().num_files == 3
 
 
-def test_no_commits_without_the_logging_property(root: Path):
+def test_logging_is_on_by_default_and_off_with_the_property(root: Path):
+    """Delta Spark logs VACUUM START/END unless vacuum.logging.enabled=false (on stores with safe commits)."""
     t, _ = build_mixed(root)
     v = t.version()
     assert vacuum(t, dry_run=False, now_ms=NOW).files
-    assert t.version() == v
+    assert [h.operation for h in t.history(limit=2)] == ["VACUUM END", "VACUUM START"]
+    assert t.version() == v + 2
+    off, _ = build_mixed(root.parent / "off", {"delta.vacuum.logging.enabled": "false"})
+    v = off.version()
+    assert vacuum(off, dry_run=False, now_ms=NOW).files
+    assert off.version() == v
 
 
 def test_vacuum_records_operation_metrics(root: Path):
@@ -489,6 +501,22 @@ def test_vacuum_on_s3_deletes_the_right_objects(s3_server: Any, s3_bucket: str):
     fs.invalidate_cache()
     left = {k.split("/t/", 1)[1] for k in fs.find(f"{s3_bucket}/t") if "/_delta_log/" not in k}
     assert left == {live, "_tmp/hidden.parquet"}
-    assert set(fs.find(f"{s3_bucket}/t/_delta_log")) == log_before
+    log_after = set(fs.find(f"{s3_bucket}/t/_delta_log"))
+    assert log_before <= log_after and len(log_after - log_before) == 2  # VACUUM START and END
     assert fs.exists(f"{s3_bucket}/sibling/outside.parquet")
+    assert t.snapshot().file_paths() == [live]
+
+
+def test_directories_left_empty_are_removed_as_delta_spark_does(root: Path):
+    """Delta Spark's VACUUM deletes the directories it empties; hidden ones and the root stay."""
+    t = DeltaTable.create(str(root), SCHEMA, partition_by=["p"])
+    gone = write(root, "p=a/nested/gone.parquet", [1], now=NOW)
+    live = write(root, "p=b/live.parquet", [2], now=NOW)
+    t.transaction().add_files([add(t, gone, "a"), add(t, live, "b")]).commit()
+    t.transaction().remove_files([RemoveFile(gone, NOW - 8 * DAY, partition_values={"p": "a"})]).commit()
+    (root / "empty-before").mkdir()
+    (root / "_hidden_empty").mkdir()
+    assert vacuum(t, dry_run=False, now_ms=NOW + 8 * DAY).files == [gone]
+    assert not (root / "p=a").exists() and not (root / "empty-before").exists()
+    assert (root / "p=b" / "live.parquet").exists() and (root / "_hidden_empty").is_dir()
     assert t.snapshot().file_paths() == [live]
