@@ -21,9 +21,9 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PYSPARK_PYTHON := $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 
-.PHONY: test lint demo bench sync uv clean distclean tools
+.PHONY: test lint demo bench sync uv clean distclean tools oracle
 
-test: lint tools
+test: lint tools oracle
 	$(UV_RUN) pytest $(PYTEST_ARGS)
 
 lint: sync
@@ -86,10 +86,43 @@ tools:
 	  if npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION); \
 	  then touch "$$stamp"; else echo "WARNING: npm install of Azurite failed" >&2; fi; fi
 
+# Delta Spark, the reference implementation, as a live oracle for tests/oracle (test-only: the product never
+# needs it). Its own environment in .oracle/: a venv with the pyspark of the Spark line Delta Spark publishes
+# jars for (ours is newer than Delta Spark supports), and the Delta Spark jars from Maven Central
+# (tests/oracle/pom.xml: only Delta's own artifacts, since Spark brings the rest; it also builds the oracle's
+# LogStore, tests/oracle/java). Reruns cost two file tests.
+# When uv or mvn fails this warns and goes on: the oracle tests then fail naming what is missing.
+# DELTA_ORACLE=off sets nothing up and skips those tests.
+DELTA_SPARK_VERSION := 4.4.0
+ORACLE_SPARK_LINE := 4.2
+ORACLE_PYSPARK_VERSION := 4.2.0
+ORACLE := $(CURDIR)/.oracle
+
+oracle: sync
+	@if [ "$${DELTA_ORACLE:-}" = off ]; then echo "DELTA_ORACLE=off: Delta Spark oracle not set up"; exit 0; fi; \
+	mkdir -p $(ORACLE); echo '*' > $(ORACLE)/.gitignore; \
+	stamp=$(ORACLE)/.venv-pyspark-$(ORACLE_PYSPARK_VERSION); \
+	if [ -f "$$stamp" ] && [ -x $(ORACLE)/venv/bin/python ]; then :; \
+	else echo "creating the oracle's venv: pyspark $(ORACLE_PYSPARK_VERSION) in .oracle/venv"; rm -rf $(ORACLE)/venv; \
+	  if $(UV) venv -q --python $(VENV)/bin/python $(ORACLE)/venv \
+	    && $(UV) pip install -q --python $(ORACLE)/venv/bin/python pyspark==$(ORACLE_PYSPARK_VERSION); \
+	  then touch "$$stamp"; else echo "WARNING: the oracle's venv could not be made: oracle tests will fail" >&2; fi; fi; \
+	stamp=$(ORACLE)/.jars-delta-$(DELTA_SPARK_VERSION)-spark-$(ORACLE_SPARK_LINE); \
+	if [ -f "$$stamp" ] && ls $(ORACLE)/jars/delta-spark_*.jar >/dev/null 2>&1 \
+	  && [ -z "$$(find tests/oracle/pom.xml tests/oracle/java -newer "$$stamp")" ]; then :; \
+	elif ! command -v mvn >/dev/null 2>&1; then echo "WARNING: mvn not found: oracle tests will fail" >&2; \
+	else echo "fetching Delta Spark $(DELTA_SPARK_VERSION) (Spark $(ORACLE_SPARK_LINE)) jars with mvn into .oracle/jars"; \
+	  rm -rf $(ORACLE)/jars $(ORACLE)/build $(ORACLE)/.jars-*; \
+	  if mvn -B -q -f tests/oracle/pom.xml package dependency:copy-dependencies -Dmaven.test.skip=true \
+	    -Ddelta.version=$(DELTA_SPARK_VERSION) -Dspark.line=$(ORACLE_SPARK_LINE) \
+	    -DoutputDirectory=$(ORACLE)/jars -DincludeGroupIds=io.delta,io.unitycatalog \
+	    && cp $(ORACLE)/build/delta-oracle-logstore.jar $(ORACLE)/jars/; \
+	  then touch "$$stamp"; else echo "WARNING: mvn could not fetch the Delta Spark jars: oracle tests will fail" >&2; fi; fi
+
 clean:
 	rm -rf .pytest_cache .ruff_cache build dist *.egg-info spark-warehouse metastore_db derby.log \
 	  bench/out bench/results .airflow airflow_home
 	find . -path ./.venv -prune -o -type d -name __pycache__ -exec rm -rf {} +
 
 distclean: clean
-	rm -rf .venv
+	rm -rf .venv .tools .oracle
