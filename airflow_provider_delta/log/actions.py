@@ -177,6 +177,65 @@ REMOVE = pa.struct(REMOVE_FIELDS)
 # reads them as inferred structs and converts (see ``replay``).
 MAP_FIELDS = ("partitionValues", "tags")
 
+# A file action's reconciliation key is its path and deletion vector ("Action Reconciliation"): every
+# projection keeps them, or replay could not tell which action wins.
+KEY_FIELDS = ("path", "deletionVector")
+
+
+@dataclass(frozen=True)
+class FileFields:
+    """Which fields of ``add`` and ``remove`` actions a replay keeps: all of them unless told otherwise.
+
+    A caller that needs only a few names them (VACUUM: paths, deletion vectors, deletion timestamps), and
+    replay then reads only those leaf columns of checkpoints and drops the rest of each commit's lines as
+    it parses them, so the ``stats`` that make up most of a checkpoint are never held in memory.
+    ``KEY_FIELDS`` are always kept, and fields keep the spec's order whatever order they are named in.
+    """
+
+    add: tuple[str, ...] = tuple(name for name, _ in ADD_FIELDS)
+    remove: tuple[str, ...] = tuple(name for name, _ in REMOVE_FIELDS)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "add", _in_spec_order("add", self.add, ADD_FIELDS))
+        object.__setattr__(self, "remove", _in_spec_order("remove", self.remove, REMOVE_FIELDS))
+
+    @property
+    def complete(self) -> bool:
+        """True when every field is kept: what checkpoints and writers need."""
+        return len(self.add) == len(ADD_FIELDS) and len(self.remove) == len(REMOVE_FIELDS)
+
+    @property
+    def add_type(self) -> pa.StructType:
+        return ADD if len(self.add) == len(ADD_FIELDS) else _struct_of(self.add, ADD_FIELDS)
+
+    @property
+    def remove_type(self) -> pa.StructType:
+        return REMOVE if len(self.remove) == len(REMOVE_FIELDS) else _struct_of(self.remove, REMOVE_FIELDS)
+
+    def kept(self, kind: str) -> tuple[str, ...] | None:
+        """The fields kept of ``kind`` ("add"/"remove"); ``None`` when all are, or for other actions."""
+        if kind == "add" and len(self.add) < len(ADD_FIELDS):
+            return self.add
+        if kind == "remove" and len(self.remove) < len(REMOVE_FIELDS):
+            return self.remove
+        return None
+
+
+def _in_spec_order(kind: str, names: tuple[str, ...], spec: list[tuple[str, pa.DataType]]) -> tuple[str, ...]:
+    known = [name for name, _ in spec]
+    unknown = set(names) - set(known)
+    if unknown:
+        raise ValueError(f"{kind} actions have no field {sorted(unknown)}; known: {known}")
+    wanted = set(names) | set(KEY_FIELDS)
+    return tuple(name for name in known if name in wanted)
+
+
+def _struct_of(names: tuple[str, ...], spec: list[tuple[str, pa.DataType]]) -> pa.StructType:
+    return pa.struct([(name, type_) for name, type_ in spec if name in names])
+
+
+ALL_FILE_FIELDS = FileFields()
+
 
 # -- file actions as Python objects (what writers build) ----------------------------------------------------
 @dataclass(frozen=True)

@@ -139,6 +139,9 @@ def _add_struct(state: TableState) -> pa.StructArray:
 
 def checkpoint_table(state: TableState) -> pa.Table:
     """Every action of a reconciled state as one checkpoint table ("Checkpoint Schema")."""
+    if not state.fields.complete:
+        # A projected replay (VACUUM's) lacks stats and partition values: a checkpoint of it would lose them.
+        raise ValueError("a checkpoint needs every field of file actions; this state was replayed with fewer")
     small = _small_actions(state)
     adds = _add_struct(state)
     removes = _file_struct(state.tombstones, _REMOVE_FIELDS, {})

@@ -4,10 +4,15 @@ Vectorised with Arrow: checkpoints are read as Arrow tables and add/remove actio
 parsed by Arrow's JSON reader. Reconciliation is a hash lookup of the (few) keys touched by commits
 against the checkpoint's (many) files, then a group-by over the commits' own actions, never a Python loop
 per action. The small actions (protocol, metaData, txn, domainMetadata, commitInfo) are parsed in Python.
+
+A replay keeps the fields of file actions its ``FileFields`` name (all by default): checkpoints are read
+with Parquet column projection and commits' lines lose the other fields as they are parsed, through the
+same code whatever is kept.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import posixpath
@@ -21,12 +26,10 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from .actions import (
-    ADD,
-    ADD_FIELDS,
+    ALL_FILE_FIELDS,
     MAP_FIELDS,
-    REMOVE,
-    REMOVE_FIELDS,
     DomainMetadata,
+    FileFields,
     Metadata,
     Protocol,
     SetTransaction,
@@ -46,9 +49,12 @@ class CheckpointReadError(Exception):
 
 @dataclass
 class Actions:
-    """Actions gathered in replay order: files as Arrow, small actions as Python objects."""
+    """Actions gathered in replay order: files as Arrow, small actions as Python objects.
 
-    adds: list[pa.Table] = field(default_factory=list)  # each with ADD columns + "_version"
+    ``fields`` says which fields of file actions are kept; ``adds``/``removes`` hold only those.
+    """
+
+    adds: list[pa.Table] = field(default_factory=list)  # each with the kept ADD columns + "_version"
     removes: list[pa.Table] = field(default_factory=list)
     protocol: Protocol | None = None
     metadata: Metadata | None = None
@@ -56,6 +62,7 @@ class Actions:
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
     commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
     sidecars: list[str] = field(default_factory=list)
+    fields: FileFields = ALL_FILE_FIELDS
 
     def apply_small(self, name: str, body: Any, version: int) -> None:
         """Latest wins for protocol, metaData, txn per appId and domain ("Action Reconciliation")."""
@@ -78,7 +85,8 @@ class Actions:
 
 @dataclass(frozen=True)
 class TableState:
-    """The reconciled state at one version; ``files``/``tombstones`` are Arrow tables of ADD/REMOVE."""
+    """The reconciled state at one version; ``files``/``tombstones`` are Arrow tables of the ADD/REMOVE
+    fields that ``fields`` keeps (all of them unless a caller asked for fewer)."""
 
     protocol: Protocol | None
     metadata: Metadata | None
@@ -87,39 +95,40 @@ class TableState:
     files: pa.Table
     tombstones: pa.Table
     commit_infos: dict[int, dict[str, Any]]
+    fields: FileFields = ALL_FILE_FIELDS
 
 
 # -- JSON commits ---------------------------------------------------------------------------------------
-def _json_struct(fields: list[tuple[str, pa.DataType]]) -> pa.StructType:
-    return pa.struct([(n, t) for n, t in fields if n not in MAP_FIELDS])
+@functools.cache
+def _json_schema(kind: str, target: pa.StructType) -> pa.Schema:
+    return pa.schema([(kind, pa.struct([f for f in target if f.name not in MAP_FIELDS]))])
 
 
-_ADD_JSON = pa.schema([("add", _json_struct(ADD_FIELDS))])
-_REMOVE_JSON = pa.schema([("remove", _json_struct(REMOVE_FIELDS))])
-
-
-def _file_actions_from_json(lines: list[bytes], kind: str, where: list[tuple[str, int]]) -> pa.Array:
-    """Parse add or remove lines with Arrow's JSON reader into the ADD/REMOVE struct.
+def _file_actions_from_json(
+    lines: list[bytes], kind: str, where: list[tuple[str, int]], target: pa.StructType
+) -> pa.Array:
+    """Parse add or remove lines with Arrow's JSON reader into ``target`` (the kept ADD/REMOVE fields).
 
     Map-valued fields (``partitionValues``, ``tags``) have free-form keys, so the first read infers them;
     inference can type a string like ``"2021-02-02"`` as a timestamp, so when any value was not read as a
-    string the lines are read again with those keys declared as strings, keeping the text exact.
+    string the lines are read again with those keys declared as strings, keeping the text exact. When
+    ``target`` has no map field, fields outside it are skipped by the reader and never become arrays.
     """
-    target = ADD if kind == "add" else REMOVE
-    schema = _ADD_JSON if kind == "add" else _REMOVE_JSON
+    schema = _json_schema(kind, target)
+    infer = any(f.name in MAP_FIELDS for f in target)
     buf = b"\n".join(lines)
     try:
-        raw = _read_json(buf, schema, kind)
+        raw = _read_json(buf, schema, kind, infer)
         retyped = _string_keyed_maps(raw, schema, kind)
         if retyped is not None:
-            raw = _read_json(buf, retyped, kind)
+            raw = _read_json(buf, retyped, kind, infer)
         return _normalise_file_struct(raw, target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
         # Either a malformed line (named below) or values Arrow could not type uniformly: parse in Python.
         return _file_actions_from_python(lines, kind, where, target)
 
 
-def _read_json(buf: bytes, schema: pa.Schema, kind: str) -> pa.StructArray:
+def _read_json(buf: bytes, schema: pa.Schema, kind: str, infer: bool) -> pa.StructArray:
     table = pj.read_json(
         io.BytesIO(buf),
         # One block holds the whole batch (lines never straddle blocks); threads only pay off on big logs,
@@ -127,7 +136,9 @@ def _read_json(buf: bytes, schema: pa.Schema, kind: str) -> pa.StructArray:
         read_options=pj.ReadOptions(
             block_size=max(1 << 16, min(len(buf) + 1, 1 << 28)), use_threads=len(buf) > (8 << 20)
         ),
-        parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer"),
+        parse_options=pj.ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="infer" if infer else "ignore"
+        ),
     )
     return table.column(kind).combine_chunks()
 
@@ -233,7 +244,8 @@ def parse_json_actions(acc: Actions, chunks: list[tuple[int, str, bytes]]) -> No
     for kind, (lines, versions, where) in file_lines.items():
         if not lines:
             continue
-        arr = _file_actions_from_json(lines, kind, where)
+        target = acc.fields.add_type if kind == "add" else acc.fields.remove_type
+        arr = _file_actions_from_json(lines, kind, where, target)
         _check_paths(arr, where)
         table = _struct_to_table(arr).append_column("_version", pa.array(versions, pa.int64()))
         (acc.adds if kind == "add" else acc.removes).append(table)
@@ -273,11 +285,26 @@ def _read_parquet(
             pf = pq.ParquetFile(path)
         else:
             pf = pq.ParquetFile(store.open_input_file(path))
-        present = [c for c in wanted if c in pf.schema_arrow.names]
-        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=present):
+        columns = _projected_columns(pf.schema_arrow, wanted, acc.fields)
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
             apply_checkpoint_batch(acc, batch, version, touched)
     except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
         raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
+
+
+def _projected_columns(schema: pa.Schema, wanted: tuple[str, ...], fields: FileFields) -> list[str]:
+    """The Parquet columns to read: small actions whole, file actions only as the leaves ``fields`` keeps
+    (``add.path``, ``add.deletionVector`` ...), so pyarrow never decodes the others (``stats``)."""
+    columns = []
+    for name in wanted:
+        if name not in schema.names:
+            continue
+        kept, type_ = fields.kept(name), schema.field(name).type
+        if kept is None or not pa.types.is_struct(type_):
+            columns.append(name)
+        else:
+            columns.extend(f"{name}.{f.name}" for f in type_ if f.name in kept)
+    return columns
 
 
 def apply_checkpoint_batch(
@@ -293,7 +320,8 @@ def apply_checkpoint_batch(
                         acc.apply_small(name, body, version)
                     except (KeyError, TypeError, ValueError) as exc:
                         raise CheckpointReadError(f"checkpoint {name} action is invalid: {exc}") from exc
-    for name, target, bucket in (("add", ADD, acc.adds), ("remove", REMOVE, acc.removes)):
+    targets = (("add", acc.fields.add_type, acc.adds), ("remove", acc.fields.remove_type, acc.removes))
+    for name, target, bucket in targets:
         if name not in names:
             continue
         col = batch.column(name)
@@ -399,8 +427,10 @@ def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
     return adds.take(pa.array(win_adds)), removes.take(pa.array(win_removes))
 
 
-def _parse_commits(store: LogStore, commits: tuple[FileMeta, ...], datas: list[bytes]) -> Actions:
-    new = Actions()
+def _parse_commits(
+    store: LogStore, commits: tuple[FileMeta, ...], datas: list[bytes], fields: FileFields
+) -> Actions:
+    new = Actions(fields=fields)
     chunks = [
         (_commit_version(f), store.log_file(f.name), data) for f, data in zip(commits, datas, strict=True)
     ]
@@ -417,8 +447,11 @@ def _touched(adds: pa.Table, removes: pa.Table) -> pa.Array | None:
 def _merge(base: Actions, new: Actions, commit_adds: pa.Table, commit_removes: pa.Table) -> TableState:
     """``base`` (reconciled, without the keys the commits touch) overlaid with the commits' actions."""
     win_adds, win_removes = reconcile(commit_adds, commit_removes)
-    files = _concat([*base.adds, win_adds.drop_columns(["_version"])], ADD, versioned=False)
-    tombstones = _concat([*base.removes, win_removes.drop_columns(["_version"])], REMOVE, versioned=False)
+    fields = base.fields
+    files = _concat([*base.adds, win_adds.drop_columns(["_version"])], fields.add_type, versioned=False)
+    tombstones = _concat(
+        [*base.removes, win_removes.drop_columns(["_version"])], fields.remove_type, versioned=False
+    )
     domains = {**base.domains, **new.domains}
     return TableState(
         protocol=new.protocol or base.protocol,
@@ -428,18 +461,23 @@ def _merge(base: Actions, new: Actions, commit_adds: pa.Table, commit_removes: p
         files=files,
         tombstones=tombstones,
         commit_infos=new.commit_infos,
+        fields=fields,
     )
 
 
-def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> TableState:
+def replay(
+    store: LogStore, segment: LogSegment, commit_data: list[bytes], fields: FileFields = ALL_FILE_FIELDS
+) -> TableState:
     """Reconstruct the state of ``segment``; ``commit_data`` holds its commit files' bytes, in order.
 
     The commits are read first (they are small): the keys they touch let the checkpoint be streamed and
     filtered as it is read, as delta-kernel-rs does, instead of being materialised and filtered after.
+    Only the file-action ``fields`` asked for are read and kept.
     """
-    new = _parse_commits(store, segment.commits, commit_data)
-    commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
-    base = Actions()
+    new = _parse_commits(store, segment.commits, commit_data, fields)
+    commit_adds = _concat(new.adds, fields.add_type)
+    commit_removes = _concat(new.removes, fields.remove_type)
+    base = Actions(fields=fields)
     read_checkpoint(base, store, segment, _touched(commit_adds, commit_removes))
     return _merge(base, new, commit_adds, commit_removes)
 
@@ -447,9 +485,12 @@ def replay(store: LogStore, segment: LogSegment, commit_data: list[bytes]) -> Ta
 def apply_commits(
     state: TableState, store: LogStore, commits: tuple[FileMeta, ...], commit_data: list[bytes]
 ) -> TableState:
-    """The state after further ``commits``, from an already reconciled ``state`` (incremental update)."""
-    new = _parse_commits(store, commits, commit_data)
-    commit_adds, commit_removes = _concat(new.adds, ADD), _concat(new.removes, REMOVE)
+    """The state after further ``commits``, from an already reconciled ``state`` (incremental update);
+    the same file-action fields are kept as in ``state``."""
+    fields = state.fields
+    new = _parse_commits(store, commits, commit_data, fields)
+    commit_adds = _concat(new.adds, fields.add_type)
+    commit_removes = _concat(new.removes, fields.remove_type)
     touched = _touched(commit_adds, commit_removes)
     drop = (lambda t: t) if touched is None else (lambda t: _drop_keys(t, touched))
     base = Actions(
@@ -459,6 +500,7 @@ def apply_commits(
         metadata=state.metadata,
         txns=dict(state.txns),
         domains=dict(state.domains),
+        fields=fields,
     )
     state = _merge(base, new, commit_adds, commit_removes)
     if state.files.num_columns and state.files.column(0).num_chunks > _MAX_CHUNKS:

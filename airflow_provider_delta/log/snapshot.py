@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .actions import DomainMetadata, Metadata, Protocol, SetTransaction
+from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
 from .errors import CorruptLogError
 from .properties import (
     DELETED_FILE_RETENTION,
@@ -35,7 +35,12 @@ _MAX_CHECKPOINT_FALLBACKS = 5
 
 @dataclass(frozen=True, eq=False)
 class Snapshot:
-    """The table at ``version``. ``files`` has one row per live AddFile; paths are decoded."""
+    """The table at ``version``. ``files`` has one row per live AddFile; paths are decoded.
+
+    ``fields`` are the add/remove fields ``files`` and ``tombstones`` hold (all, unless the snapshot was
+    loaded for a caller that needs fewer); ``keep_expired_tombstones`` says whether tombstones past the
+    table's retention were kept. Updates of the snapshot keep both.
+    """
 
     store: LogStore
     segment: LogSegment
@@ -48,6 +53,8 @@ class Snapshot:
     app_transaction_actions: dict[str, SetTransaction]
     domain_metadata: dict[str, DomainMetadata]
     commit_info: dict[str, Any] | None
+    fields: FileFields = ALL_FILE_FIELDS
+    keep_expired_tombstones: bool = False
 
     @property
     def app_transactions(self) -> dict[str, int]:
@@ -99,27 +106,42 @@ class Snapshot:
             self.files,
             self.tombstones,
             {} if self.commit_info is None else {self.version: self.commit_info},
+            self.fields,
         )
 
     def __repr__(self) -> str:
         return f"Snapshot(uri={self.store.uri!r}, version={self.version}, files={self.num_files})"
 
 
-def load_snapshot(store: LogStore, version: int | None = None, *, now_ms: int | None = None) -> Snapshot:
-    """Build the snapshot at ``version`` (latest when ``None``)."""
+def load_snapshot(
+    store: LogStore,
+    version: int | None = None,
+    *,
+    now_ms: int | None = None,
+    fields: FileFields = ALL_FILE_FIELDS,
+    keep_expired_tombstones: bool = False,
+) -> Snapshot:
+    """Build the snapshot at ``version`` (latest when ``None``).
+
+    :param now_ms: the current time, against which tombstones and app transactions expire.
+    :param fields: the add/remove fields to read and keep (all by default); callers that need only a few
+        (VACUUM) save reading and holding the rest, ``stats`` above all.
+    :param keep_expired_tombstones: keep every tombstone, also those past the table's
+        ``delta.deletedFileRetentionDuration`` (VACUUM applies a retention of its own).
+    """
     builder = SegmentBuilder(store)
     excluded: set[int] = set()
     for _ in range(_MAX_CHECKPOINT_FALLBACKS + 1):
         segment = builder.build(version, frozenset(excluded))
         commit_data = store.read_log_files(f.name for f in segment.commits)
         try:
-            state = replay(store, segment, commit_data)
+            state = replay(store, segment, commit_data, fields)
         except CheckpointReadError as exc:
             assert segment.checkpoint is not None
             log.warning("%s; falling back to an older checkpoint or the JSON log", exc)
             excluded.add(segment.checkpoint.version)
             continue
-        return _from_state(store, segment, state, now_ms)
+        return _from_state(store, segment, state, now_ms, keep_expired_tombstones)
     raise CorruptLogError(f"no readable checkpoint for {store.uri} after {len(excluded)} attempts")
 
 
@@ -136,14 +158,20 @@ def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
         if commit_version(f.name) == snap.version + 1 + len(new):
             new.append(f)
     if not new:
-        return snap if not listed else load_snapshot(store, now_ms=now_ms)
+        if not listed:
+            return snap
+        return load_snapshot(
+            store, now_ms=now_ms, fields=snap.fields, keep_expired_tombstones=snap.keep_expired_tombstones
+        )
     datas = store.read_log_files(f.name for f in new)
     state = apply_commits(snap.state(), store, tuple(new), datas)
     segment = LogSegment(snap.version + len(new), snap.segment.checkpoint, snap.segment.commits + tuple(new))
-    return _from_state(store, segment, state, now_ms)
+    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones)
 
 
-def _from_state(store: LogStore, segment: LogSegment, state: TableState, now_ms: int | None) -> Snapshot:
+def _from_state(
+    store: LogStore, segment: LogSegment, state: TableState, now_ms: int | None, keep_expired_tombstones: bool
+) -> Snapshot:
     where = f"table {store.uri} at version {segment.version}"
     if state.protocol is None:
         raise CorruptLogError(f"{where} has no protocol action", path=store.log_path)
@@ -153,7 +181,7 @@ def _from_state(store: LogStore, segment: LogSegment, state: TableState, now_ms:
     now = int(time.time() * 1000) if now_ms is None else now_ms
     retention = interval_property_ms(state.metadata.configuration, DELETED_FILE_RETENTION) or 0
     tombstones = state.tombstones
-    if tombstones.num_rows:
+    if tombstones.num_rows and not keep_expired_tombstones:
         # A tombstone expires once its deletion timestamp falls out of the retention window ("Add File and
         # Remove File"); a missing timestamp counts as 0, i.e. expired, as in Delta Spark.
         ts = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
@@ -178,6 +206,8 @@ def _from_state(store: LogStore, segment: LogSegment, state: TableState, now_ms:
         app_transaction_actions=txns,
         domain_metadata=state.domains,
         commit_info=info,
+        fields=state.fields,
+        keep_expired_tombstones=keep_expired_tombstones,
     )
 
 

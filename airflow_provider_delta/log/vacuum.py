@@ -23,12 +23,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .actions import FileFields
 from .arrow_utils import decode_uri_paths
 from .errors import CorruptLogError, DeltaError, RetentionTooShortError
 from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
 from .protocol import check_write_supported
-from .snapshot import Snapshot, load_snapshot
+from .snapshot import Snapshot, load_snapshot, update_snapshot
 from .storage import LogStore, delete_files, mtime_of
+from .transaction import Transaction
 
 if TYPE_CHECKING:
     from .table import DeltaTable
@@ -45,6 +47,11 @@ _Z85_VALUE[np.frombuffer(_Z85, np.uint8)] = np.arange(85, dtype=np.uint8)
 _POW85 = 85 ** np.arange(4, -1, -1, dtype=np.uint64)
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 _UUID_HEX_POS = [i for i in range(36) if i not in (8, 13, 18, 23)]
+# All VACUUM reads of file actions: the paths and deletion vectors it keeps, and the deletion timestamps
+# its retention compares; not the stats, partition values and tags that make up most of a checkpoint.
+VACUUM_FIELDS = FileFields(
+    add=("path", "deletionVector"), remove=("path", "deletionTimestamp", "deletionVector")
+)
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,8 @@ def vacuum(
     """
     started = time.monotonic()
     store = table.store
-    # now_ms=0 keeps every tombstone: the vacuum's own retention, not the table's, decides which count.
-    snap = load_snapshot(store, now_ms=0)
+    # Every tombstone: the vacuum's own retention, not the table's, decides which ones still count.
+    snap = load_snapshot(store, fields=VACUUM_FIELDS, keep_expired_tombstones=True)
     # Delta Spark requires writer support (and, with vacuumProtocolCheck, reader support too, which
     # check_write_supported always includes) before deleting anything.
     check_write_supported(snap.protocol, uses_identity=False, where=f"VACUUM of {store.uri}")
@@ -107,7 +114,8 @@ def vacuum(
         }
         if retention_hours is not None:
             params["specifiedRetentionMillis"] = retention_ms
-        _commit(table, "VACUUM START", params, {"numFilesToDelete": len(files), "sizeOfDataToDelete": size})
+        metrics = {"numFilesToDelete": len(files), "sizeOfDataToDelete": size}
+        _commit(table, snap, "VACUUM START", params, metrics)
     log.info("VACUUM of %s: deleting %d files (%d bytes)", store.uri, len(files), size)
     try:
         full = [f"{store.root}/{f}" for f in files]
@@ -115,10 +123,10 @@ def vacuum(
         _remove_empty_dirs(store.root, dirs)
     except Exception:
         if logged:
-            _end(table, "FAILED", 0, listed)
+            _end(table, snap, "FAILED", 0, listed)
         raise
     if logged:
-        _end(table, "COMPLETED", len(files), listed)
+        _end(table, snap, "COMPLETED", len(files), listed)
     return VacuumReport(files, size, time.monotonic() - started, False, hours)
 
 
@@ -342,17 +350,24 @@ def _find(store: LogStore) -> tuple[list[str], list[int], list[int]]:
 
 
 # -- recording in the log ------------------------------------------------------------------------------
-def _commit(table: DeltaTable, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> None:
-    """An empty commit (commitInfo only) with operationMetrics, as Delta Spark writes VACUUM START/END."""
-    table.transaction().commit(operation, params, operation_metrics=metrics, auto_checkpoint=False)
+def _commit(
+    table: DeltaTable, snap: Snapshot, operation: str, params: dict[str, Any], metrics: dict[str, Any]
+) -> None:
+    """An empty commit (commitInfo only) with operationMetrics, as Delta Spark writes VACUUM START/END.
+
+    It starts from VACUUM's own snapshot: a commit without file actions needs only the version, protocol
+    and metadata, and ``table.transaction()`` would load the full snapshot, stats and all, just for this.
+    """
+    Transaction(table, snap).commit(operation, params, operation_metrics=metrics, auto_checkpoint=False)
 
 
-def _end(table: DeltaTable, status: str, deleted: int, listed: pa.Table) -> None:
+def _end(table: DeltaTable, snap: Snapshot, status: str, deleted: int, listed: pa.Table) -> None:
     parents = pc.replace_substring_regex(listed.column("path"), r"/?[^/]*$", "")
     dirs = len(pc.unique(parents.combine_chunks())) if listed.num_rows else 1
     metrics = {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs}
     try:
-        _commit(table, "VACUUM END", {"status": status}, metrics)
+        # From VACUUM's snapshot brought up to date: only the commits since (START among them) are read.
+        _commit(table, update_snapshot(snap), "VACUUM END", {"status": status}, metrics)
     except DeltaError:
         if status == "COMPLETED":
             raise

@@ -48,6 +48,8 @@ from airflow_provider_delta.log import (
     VersionNotFoundError,
 )
 from airflow_provider_delta.log.protocol import MAX_READER_VERSION, SUPPORTED_READER_FEATURES
+from airflow_provider_delta.log.snapshot import load_snapshot
+from airflow_provider_delta.log.vacuum import VACUUM_FIELDS
 
 NAMED_ERRORS = (CorruptLogError, UnsupportedFeatureError, VersionNotFoundError, TableNotFoundError)
 TABLES = load_tables()
@@ -213,6 +215,40 @@ def test_unsupported_features_are_named(table: GoldenTable) -> None:
     ours = ours_latest(table.id)
     assert not ours.ok, "ours read a table whose protocol needs features we do not support"
     assert_justified_refusal(ours.error, table.info["minReader"], table.info["readerFeatures"])
+
+
+# --- a projected replay -------------------------------------------------------------------------------------
+
+
+def _file_keys(t: pa.Table, fields: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    rows = t.select(list(fields)).to_pylist()
+    return sorted(tuple(json.dumps(r[f], sort_keys=True) for f in fields) for r in rows)
+
+
+@over(TABLES)
+def test_projected_replay_agrees_with_the_full_replay(table: GoldenTable) -> None:
+    """VACUUM's replay (paths, deletion vectors, deletion timestamps only: checkpoints read by column
+    projection, sidecars and multi-part checkpoints included) finds the same files, deletion vectors and
+    tombstones as the full replay, at the latest version and at every checkpoint."""
+    store = DeltaTable(str(table.root)).store
+    listing = table.log_listing
+    versions = {None} | {v for v in listing.checkpoints if listing.reconstructable(v)}
+    for version in versions:
+        full = attempt(lambda v=version: load_snapshot(store, v, keep_expired_tombstones=True))
+        projected = attempt(
+            lambda v=version: load_snapshot(store, v, fields=VACUUM_FIELDS, keep_expired_tombstones=True)
+        )
+        if not full.ok:
+            assert not projected.ok and type(projected.error) is type(full.error), (version, full.describe())
+            continue
+        assert projected.ok, (version, projected.describe())
+        f, p = full.value, projected.value
+        assert (p.version, p.protocol, p.metadata) == (f.version, f.protocol, f.metadata)
+        assert p.segment == f.segment
+        live, tomb = ("path", "deletionVector"), ("path", "deletionTimestamp", "deletionVector")
+        assert (p.files.column_names, p.tombstones.column_names) == (list(live), list(tomb))
+        assert _file_keys(p.files, live) == _file_keys(f.files, live)
+        assert _file_keys(p.tombstones, tomb) == _file_keys(f.tombstones, tomb)
 
 
 # --- expected data ------------------------------------------------------------------------------------------

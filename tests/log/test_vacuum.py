@@ -21,7 +21,16 @@ import pytest
 from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
 from airflow_provider_delta.log import AddFile, DeltaTable, RemoveFile, UnsupportedFeatureError
-from airflow_provider_delta.log.vacuum import RetentionTooShortError, VacuumReport, is_hidden, vacuum
+from airflow_provider_delta.log.actions import FileFields
+from airflow_provider_delta.log.checkpoint import checkpoint_table
+from airflow_provider_delta.log.snapshot import load_snapshot, update_snapshot
+from airflow_provider_delta.log.vacuum import (
+    VACUUM_FIELDS,
+    RetentionTooShortError,
+    VacuumReport,
+    is_hidden,
+    vacuum,
+)
 
 GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden"
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
@@ -520,3 +529,124 @@ def test_directories_left_empty_are_removed_as_delta_spark_does(root: Path):
     assert not (root / "p=a").exists() and not (root / "empty-before").exists()
     assert (root / "p=b" / "live.parquet").exists() and (root / "_hidden_empty").is_dir()
     assert t.snapshot().file_paths() == [live]
+
+
+# -- what VACUUM reads: a projected replay ------------------------------------------------------------------
+def _z85_id(u: uuid.UUID) -> str:
+    """Reference Z85 encoder of a UUID, the inverse of ``_uuid_of``."""
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+    out = ""
+    for i in range(0, 16, 4):
+        value = int.from_bytes(u.bytes[i : i + 4], "big")
+        out += "".join(alphabet[value // 85**k % 85] for k in range(4, -1, -1))
+    return out
+
+
+def _dv(root: Path, *, prefix: str = "", now: int) -> dict[str, Any]:
+    """A deletion vector stored in its own file under the root (vacuum only needs the file to exist)."""
+    u = uuid.uuid4()
+    z85 = _z85_id(u)
+    assert _uuid_of(z85) == str(u)
+    write(root, f"{prefix + '/' if prefix else ''}deletion_vector_{u}.bin", now=now)
+    return {
+        "storageType": "u",
+        "pathOrInlineDv": prefix + z85,
+        "offset": 1,
+        "sizeInBytes": 7,
+        "cardinality": 1,
+    }
+
+
+def _referenced(snap: Any, cutoff: int) -> set[str]:
+    """What the full replay says VACUUM must keep: live files, tombstones deleted at or after ``cutoff``, and
+    the deletion-vector files of both (the rule of Delta Spark's VACUUM, written out row by row)."""
+    tombstones = [r for r in snap.tombstones.to_pylist() if (r["deletionTimestamp"] or 0) >= cutoff]
+    keep = set()
+    for row in snap.files.to_pylist() + tombstones:
+        keep.add(row["path"])
+        dv = row["deletionVector"]
+        if dv and dv["storageType"] == "u":
+            prefix, z85 = dv["pathOrInlineDv"][:-20], dv["pathOrInlineDv"][-20:]
+            keep.add(f"{prefix + '/' if prefix else ''}deletion_vector_{_uuid_of(z85)}.bin")
+    return keep
+
+
+@pytest.mark.parametrize("kind", ["classic", "multi-part", "v2"])
+def test_vacuum_keeps_what_the_full_replay_references_after_a_checkpoint(tmp_path: Path, kind: str):
+    """Deletion vectors added, replaced and removed before and after a classic, multi-part or V2 (sidecars)
+    checkpoint: VACUUM, which replays only paths, DVs and deletion timestamps, keeps exactly what the full
+    replay (every field, every tombstone: what VACUUM read before) references."""
+    root = tmp_path / "t"
+    now = int(time.time() * 1000)  # the checkpoint keeps tombstones within the table's retention of now
+    config = {"delta.enableDeletionVectors": "true"}
+    if kind == "v2":
+        config |= {"delta.checkpointPolicy": "v2", "delta.feature.v2Checkpoint": "supported"}
+    t = DeltaTable.create(str(root), SCHEMA, partition_by=["p"], configuration=config)
+
+    def with_dv(f: AddFile, prefix: str = "") -> AddFile:
+        return AddFile(f.path, f.size, {"p": "a"}, deletion_vector=_dv(root, prefix=prefix, now=now))
+
+    def removed(f: AddFile, age_ms: int) -> RemoveFile:
+        return RemoveFile(
+            f.path, now - age_ms, partition_values={"p": "a"}, deletion_vector=f.deletion_vector
+        )
+
+    files = {n: AddFile(write(root, f"p=a/{n}.parquet", now=now), 10, {"p": "a"}) for n in "ABCDEFG"}
+    files |= {n: with_dv(files[n]) for n in "ABDF"}
+    t.transaction().add_files([files[n] for n in "ABCDEF"]).commit()
+    t.transaction().remove_files([removed(files["C"], 3 * DAY), removed(files["D"], 1 * DAY)]).commit()
+    # A new deletion vector for a file: its old (path, DV) is removed, the same path added with the new one.
+    for n, age_ms in (("A", 3 * DAY), ("B", 1 * DAY)):
+        old, files[n] = files[n], with_dv(files[n])
+        t.transaction().remove_files([removed(old, age_ms)]).add_files([files[n]]).commit()
+    t.checkpoint(parts=3 if kind == "multi-part" else 2 if kind == "v2" else None)
+    # After the checkpoint, commits touch checkpointed keys (replay drops those from the checkpoint).
+    old, files["F"], files["G"] = files["F"], with_dv(files["F"]), with_dv(files["G"], prefix="xy")
+    t.transaction().remove_files([removed(old, 3 * DAY), removed(files["E"], 3 * DAY)]).add_files(
+        [files["F"], files["G"]]
+    ).commit()
+    write(root, "p=a/orphan.parquet", now=now)
+    write(root, f"deletion_vector_{uuid.uuid4()}.bin", now=now)
+    write(root, "p=a/orphan-new.parquet", age_ms=1 * HOUR, now=now)
+
+    log_dir = root / "_delta_log"
+    cp = {
+        "classic": "*.checkpoint.parquet",
+        "multi-part": "*.checkpoint.0000000003.0000000003.parquet",
+        "v2": "_sidecars/*.parquet",
+    }[kind]
+    assert len(list(log_dir.glob(cp))) >= 1
+    cutoff = now - 48 * HOUR
+    full = load_snapshot(t.store, now_ms=0)  # every field, every tombstone
+    assert full.segment.checkpoint is not None and full.segment.checkpoint.kind == kind
+    doomed = {f for f in data_files(root) if os.stat(root / f).st_mtime * 1000 < cutoff} - _referenced(
+        full, cutoff
+    )
+    kept_dvs = {f for f in data_files(root) - doomed if f.endswith(".bin")}
+    assert len([f for f in doomed if f.endswith(".bin")]) == 3 and len(kept_dvs) == 6  # not a trivial table
+
+    before = data_files(root)
+    report = vacuum(t, retention_hours=48, enforce_retention_duration=False, dry_run=False, now_ms=now)
+    assert set(report.files) == doomed
+    assert data_files(root) == before - doomed
+    assert {f for f in data_files(root) if f.endswith(".bin")} == kept_dvs
+
+
+def test_a_projected_snapshot_stays_projected_and_is_never_checkpointed(root: Path):
+    t, _ = build_mixed(root)
+    snap = load_snapshot(t.store, fields=VACUUM_FIELDS, keep_expired_tombstones=True)
+    more = write(root, "p=b/more.parquet", [6])
+    t.transaction().add_files([add(t, more, "b")]).commit()
+    later = update_snapshot(snap)  # the new commit only, with the same fields and tombstones
+    full = load_snapshot(t.store, now_ms=0)
+    assert later.version == full.version and later.keep_expired_tombstones
+    assert later.files.column_names == ["path", "deletionVector"]
+    assert sorted(later.file_paths()) == sorted(full.file_paths())
+    assert sorted(later.tombstones.column("path").to_pylist()) == sorted(
+        full.tombstones.column("path").to_pylist()
+    )
+    with pytest.raises(ValueError, match="every field"):
+        checkpoint_table(later.state())  # it would lose the stats and partition values
+    with pytest.raises(ValueError, match="no field"):
+        FileFields(add=("stat",))
+    assert FileFields(add=(), remove=()).add == ("path", "deletionVector")  # the reconciliation key stays
