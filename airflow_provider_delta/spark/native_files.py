@@ -43,10 +43,12 @@ if TYPE_CHECKING:
 STAGING_DIR = "_delta_spark_staging"
 NATIVE_WRITES = True  # tests switch it off to compare with the mapInArrow path on the same data
 # Session settings for the duration of a write: INT96 timestamps have no reliable statistics and are a
-# legacy encoding; the legacy format writes decimals and lists as Spark 1.4 did.
+# legacy encoding; the legacy format writes decimals and lists as Spark 1.4 did; LEGACY rebasing would
+# shift old dates and timestamps to the Julian calendar, where Delta means the proleptic Gregorian one.
 _WRITE_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.parquet.writeLegacyFormat": "false",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
 _LOCAL = ("file", "local")
 # Partition values Spark spells in its folder names the way "Partition Value Serialization" reads them.

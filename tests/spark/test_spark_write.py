@@ -48,6 +48,12 @@ def _parquet_files(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*.parquet") if "_delta_log" not in p.parts}
 
 
+def _rows_of(data: list[tuple]) -> list[tuple]:
+    import pyarrow as pa
+
+    return rows(pa.table({f"c{i}": [r[i] for r in data] for i in range(len(data[0]))}))
+
+
 def _scalar_rows(table):
     return rows(table, ["id", "name", "day", "amount", "ok", "score"])
 
@@ -405,6 +411,17 @@ def test_native_write_with_escaped_and_null_partitions_reads_back(spark, tmp_pat
     some = pq.ParquetFile(root / DeltaTable(uri).snapshot().file_paths()[0])
     assert some.schema.column(some.schema.names.index("ts")).physical_type == "INT64"  # not INT96
     assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"  # restored after the write
+
+
+def test_native_write_keeps_old_dates_gregorian_whatever_the_session_says(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    old = [(1, dt.date(1, 1, 1), dt.datetime(1000, 6, 1, 12, tzinfo=dt.UTC))]
+    spark.conf.set("spark.sql.parquet.datetimeRebaseModeInWrite", "LEGACY")
+    try:
+        write(spark.createDataFrame(old, "id long, day date, ts timestamp"), uri)
+    finally:
+        spark.conf.unset("spark.sql.parquet.datetimeRebaseModeInWrite")
+    assert rows(deltalake.DeltaTable(uri).to_pyarrow_table()) == rows(read(spark, uri)) == _rows_of(old)
 
 
 def test_native_write_of_no_rows_commits_no_files(spark, tmp_path):
