@@ -66,8 +66,8 @@ def native_write_blocker(plan: WritePlan, store: LogStore) -> str | None:
     - storage other than the local file system: the files are renamed out of the staging folder, which
       object stores cannot do cheaply or atomically (s3a's committers are out of scope);
     - column mapping: files must hold physical names and Parquet field ids;
-    - ``timestamp_ntz`` columns: kept where they are known to be written as Delta specifies (INT64 micros,
-      not adjusted to UTC); Spark's spelling of them is not checked against readers here;
+    - ``timestamp_ntz`` columns: the pyarrow path writes them as Delta specifies (INT64 micros, not
+      adjusted to UTC); Spark's writer for them is not checked against Delta readers here;
     - ``variant`` and any other type not listed in ``_PRIMITIVES``: Spark's encoding is not checked;
     - every column a partition column: Spark refuses to write files without columns;
     - partition columns other than ``_PARTITION_TYPES``: their folder names would have to be read back as
@@ -126,7 +126,7 @@ def write_native(plan: WritePlan, store: LogStore) -> list[AddFile]:
             )
             if plan.partition_columns:
                 writer = writer.partitionBy(*plan.partition_columns)
-            # A plain path, not a file:// URI: Hadoop's Path would keep %-escapes literally.
+            # The raw path behind file://, not an escaped URI: Hadoop's Path takes %-escapes literally.
             writer.parquet("file://" + staging)
         files = _staged_files(staging, plan)
         with ThreadPoolExecutor(min(_FOOTER_THREADS, max(1, len(files)))) as pool:
