@@ -286,7 +286,11 @@ def _read_parquet(
         else:
             pf = pq.ParquetFile(store.open_input_file(path))
         columns = _projected_columns(pf.schema_arrow, wanted, acc.fields)
-        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+        # A projected read decodes a few small columns: decoding threads gain nothing there (0.18-0.21 s
+        # without them, 0.23-0.60 s with, for the paths of 1,000,000 adds) and each thread's allocator heap
+        # keeps 10-15 MiB after it. A full read keeps them: its stats columns are worth decoding in parallel.
+        threads = acc.fields.complete
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=threads):
             apply_checkpoint_batch(acc, batch, version, touched)
     except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
         raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc

@@ -258,24 +258,33 @@ def _list_candidates(store: LogStore, partition_columns: tuple[str, ...], dirs: 
     """Every file under the root that is not hidden: ``path`` (root-relative), ``size``, ``mtime`` (ms).
     On local disk, the visible directories are appended to ``dirs``."""
     if store.protocol in ("file", "local"):
-        paths, sizes, mtimes = _walk_local(store.root, partition_columns, dirs)
+        # The walk skips hidden directories and files itself: splitting 100,000 paths into their
+        # components again would cost VACUUM about 20 MiB more at its peak.
+        visible = _listing(*_walk_local(store.root, partition_columns, dirs))
     else:
-        paths, sizes, mtimes = _find(store)
-    listed = pa.table(
+        visible = _visible(_listing(*_find(store)), partition_columns)
+    if pc.any(pc.starts_with(visible.column("path"), "_delta_log/")).as_py():
+        raise AssertionError("refusing to vacuum: a candidate lies inside _delta_log")
+    return visible
+
+
+def _listing(paths: list[str], sizes: list[int], mtimes: list[int]) -> pa.Table:
+    return pa.table(
         {
             "path": pa.array(paths, pa.string()),
             "size": pa.array(sizes, pa.int64()),
             "mtime": pa.array(mtimes, pa.int64()),
         }
     )
+
+
+def _visible(listed: pa.Table, partition_columns: tuple[str, ...]) -> pa.Table:
+    """The rows of a flat listing none of whose path components is hidden (``is_hidden``)."""
     comps = pc.split_pattern(listed.column("path").combine_chunks(), "/")
     hit = _hidden_components(pc.list_flatten(comps), partition_columns).to_numpy(zero_copy_only=False)
     parents = pc.list_parent_indices(comps).to_numpy()
     hidden = np.bincount(parents[hit], minlength=listed.num_rows) > 0
-    visible = listed.filter(pa.array(~hidden))
-    if pc.any(pc.starts_with(visible.column("path"), "_delta_log/")).as_py():
-        raise AssertionError("refusing to vacuum: a candidate lies inside _delta_log")
-    return visible
+    return listed.filter(pa.array(~hidden))
 
 
 def _hidden_components(names: pa.Array, partition_columns: tuple[str, ...]) -> pa.Array:
@@ -289,9 +298,10 @@ def _hidden_components(names: pa.Array, partition_columns: tuple[str, ...]) -> p
 def _walk_local(
     root: str, partition_columns: tuple[str, ...], dirs: list[str]
 ) -> tuple[list[str], list[int], list[int]]:
-    """os.scandir walk that never enters hidden directories (``_delta_log`` ...) nor follows symlinks:
-    a symlink is neither listed nor descended into, so nothing outside the root can be reached. The
-    directories walked (root-relative, parents first) go to ``dirs``."""
+    """os.scandir walk that never enters hidden directories (``_delta_log`` ...), never lists hidden files
+    (``.crc``, ``_SUCCESS``) and never follows symlinks: a symlink is neither listed nor descended into, so
+    nothing outside the root can be reached. The directories walked (root-relative, parents first) go to
+    ``dirs``."""
     paths: list[str] = []
     sizes: list[int] = []
     mtimes: list[int] = []
@@ -310,7 +320,7 @@ def _walk_local(
                 if not is_hidden(e.name, partition_columns):
                     stack.append(rel)
                     dirs.append(rel)
-            elif e.is_file(follow_symlinks=False):
+            elif e.is_file(follow_symlinks=False) and not is_hidden(e.name, partition_columns):
                 try:
                     st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:  # deleted since the directory was read
