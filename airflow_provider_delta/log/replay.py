@@ -12,9 +12,6 @@ same code whatever is kept.
 
 from __future__ import annotations
 
-import functools
-import io
-import json
 import posixpath
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,19 +19,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from .actions import (
     ALL_FILE_FIELDS,
-    MAP_FIELDS,
     DomainMetadata,
     FileFields,
     Metadata,
     Protocol,
     SetTransaction,
 )
-from .arrow_utils import conform, decode_uri_paths, struct_to_map
+from .arrow_utils import conform
+from .commit_json import parse_json_actions, struct_to_table
 from .errors import CorruptLogError
 from .segment import LogSegment
 from .storage import FileMeta, LogStore
@@ -96,175 +92,6 @@ class TableState:
     tombstones: pa.Table
     commit_infos: dict[int, dict[str, Any]]
     fields: FileFields = ALL_FILE_FIELDS
-
-
-# -- JSON commits ---------------------------------------------------------------------------------------
-@functools.cache
-def _json_schema(kind: str, target: pa.StructType) -> pa.Schema:
-    return pa.schema([(kind, pa.struct([f for f in target if f.name not in MAP_FIELDS]))])
-
-
-def _file_actions_from_json(
-    lines: list[bytes], kind: str, where: list[tuple[str, int]], target: pa.StructType
-) -> pa.Array:
-    """Parse add or remove lines with Arrow's JSON reader into ``target`` (the kept ADD/REMOVE fields).
-
-    Map-valued fields (``partitionValues``, ``tags``) have free-form keys, so the first read infers them;
-    inference can type a string like ``"2021-02-02"`` as a timestamp, so when any value was not read as a
-    string the lines are read again with those keys declared as strings, keeping the text exact. When
-    ``target`` has no map field, fields outside it are skipped by the reader and never become arrays.
-    """
-    schema = _json_schema(kind, target)
-    infer = any(f.name in MAP_FIELDS for f in target)
-    buf = b"\n".join(lines)
-    try:
-        raw = _read_json(buf, schema, kind, infer)
-        retyped = _string_keyed_maps(raw, schema, kind)
-        if retyped is not None:
-            raw = _read_json(buf, retyped, kind, infer)
-        return _normalise_file_struct(raw, target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
-        # Either a malformed line (named below) or values Arrow could not type uniformly: parse in Python.
-        return _file_actions_from_python(lines, kind, where, target)
-
-
-def _read_json(buf: bytes, schema: pa.Schema, kind: str, infer: bool) -> pa.StructArray:
-    table = pj.read_json(
-        io.BytesIO(buf),
-        # One block holds the whole batch (lines never straddle blocks); threads only pay off on big logs,
-        # and a small commit read by a writer or a sensor must stay well under a millisecond.
-        read_options=pj.ReadOptions(
-            block_size=max(1 << 16, min(len(buf) + 1, 1 << 28)), use_threads=len(buf) > (8 << 20)
-        ),
-        parse_options=pj.ParseOptions(
-            explicit_schema=schema, unexpected_field_behavior="infer" if infer else "ignore"
-        ),
-    )
-    return table.column(kind).combine_chunks()
-
-
-def _string_keyed_maps(raw: pa.StructArray, schema: pa.Schema, kind: str) -> pa.Schema | None:
-    """A schema declaring every inferred map key as string, or ``None`` when inference kept them strings."""
-    extra = []
-    for name in MAP_FIELDS:
-        idx = raw.type.get_field_index(name)
-        if idx < 0:
-            continue
-        inferred = raw.type.field(idx).type
-        if not pa.types.is_struct(inferred):
-            continue
-        if all(pa.types.is_string(f.type) or pa.types.is_null(f.type) for f in inferred):
-            continue
-        extra.append(pa.field(name, pa.struct([(f.name, pa.string()) for f in inferred])))
-    if not extra:
-        return None
-    base = schema.field(kind).type
-    return pa.schema([(kind, pa.struct(list(base) + extra))])
-
-
-def _normalise_file_struct(raw: pa.StructArray, target: pa.StructType) -> pa.Array:
-    children = {raw.type.field(i).name: raw.field(i) for i in range(raw.type.num_fields)}
-    for name in MAP_FIELDS:
-        if name in children and pa.types.is_struct(children[name].type):
-            children[name] = struct_to_map(children[name], drop_nulls=(name == "tags"))
-    names = list(children)
-    rebuilt = pa.StructArray.from_arrays([children[n] for n in names], names=names)
-    return conform(rebuilt, target)
-
-
-def _file_actions_from_python(
-    lines: list[bytes], kind: str, where: list[tuple[str, int]], target: pa.StructType
-) -> pa.Array:
-    bodies = []
-    for line, (path, lineno) in zip(lines, where, strict=True):
-        try:
-            body = json.loads(line)[kind]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptLogError(f"malformed {kind} action: {exc}", path=path, line=lineno) from None
-        for name in MAP_FIELDS:
-            if isinstance(body.get(name), dict):
-                body[name] = {k: (None if v is None else _as_str(v)) for k, v in body[name].items()}
-        bodies.append(body)
-    try:
-        return pa.array(bodies, type=target)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-        raise CorruptLogError(
-            f"{kind} actions with values of the wrong type: {exc}", path=where[0][0]
-        ) from None
-
-
-def _as_str(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return v if isinstance(v, str) else json.dumps(v)
-
-
-def parse_json_actions(acc: Actions, chunks: list[tuple[int, str, bytes]]) -> None:
-    """Parse newline-delimited JSON action files (commits, V2 checkpoint JSON) into ``acc``.
-
-    ``chunks`` is ``[(version, path for messages, bytes)]`` in replay order. A Python loop runs per line
-    only to route it; add/remove lines are parsed by Arrow in one batch per kind.
-    """
-    file_lines: dict[str, tuple[list[bytes], list[int], list[tuple[str, int]]]] = {
-        "add": ([], [], []),
-        "remove": ([], [], []),
-    }
-    for version, path, data in chunks:
-        for lineno, line in enumerate(data.split(b"\n"), start=1):
-            line = line.strip()
-            if not line:
-                continue
-            kind = (
-                "add" if line.startswith(b'{"add":') else "remove" if line.startswith(b'{"remove":') else None
-            )
-            if kind is None:
-                try:
-                    obj = json.loads(line)
-                except ValueError as exc:
-                    raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
-                if not isinstance(obj, dict):
-                    raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
-                for name, body in obj.items():
-                    if name in ("add", "remove"):
-                        # unusual spacing: re-serialise so the Arrow batch parses it with the rest
-                        kind, line = name, json.dumps({name: body}).encode()
-                    elif isinstance(body, dict):
-                        try:
-                            acc.apply_small(name, body, version)
-                        except (KeyError, TypeError, ValueError) as exc:
-                            raise CorruptLogError(
-                                f"{name} action is missing a required field: {exc}", path=path, line=lineno
-                            ) from None
-                if kind is None:
-                    continue
-            lines, versions, where = file_lines[kind]
-            lines.append(line)
-            versions.append(version)
-            where.append((path, lineno))
-    for kind, (lines, versions, where) in file_lines.items():
-        if not lines:
-            continue
-        target = acc.fields.add_type if kind == "add" else acc.fields.remove_type
-        arr = _file_actions_from_json(lines, kind, where, target)
-        _check_paths(arr, where)
-        table = _struct_to_table(arr).append_column("_version", pa.array(versions, pa.int64()))
-        (acc.adds if kind == "add" else acc.removes).append(table)
-
-
-def _check_paths(arr: pa.StructArray, where: list[tuple[str, int]]) -> None:
-    paths = arr.field("path")
-    if paths.null_count:
-        i = int(np.flatnonzero(paths.is_null().to_numpy(zero_copy_only=False))[0])
-        raise CorruptLogError("file action without a path", path=where[i][0], line=where[i][1])
-
-
-def _struct_to_table(arr: pa.StructArray) -> pa.Table:
-    """Flatten a file-action struct into columns, decoding the URI paths once, here."""
-    names = [f.name for f in arr.type]
-    columns = arr.flatten()
-    i = names.index("path")
-    columns[i] = decode_uri_paths(columns[i])
-    return pa.Table.from_arrays(columns, names=names)
 
 
 # -- checkpoints ----------------------------------------------------------------------------------------
@@ -332,7 +159,7 @@ def apply_checkpoint_batch(
         if col.null_count == len(col):
             continue
         # conform() also reshapes what legacy writers stored (maps as structs, missing fields).
-        table = _struct_to_table(conform(col.filter(col.is_valid()), target))
+        table = struct_to_table(conform(col.filter(col.is_valid()), target))
         if touched is not None:
             table = _drop_keys(table, touched)
         if table.num_rows:

@@ -147,7 +147,8 @@ def read_action_files(
     batches: Iterator[pa.RecordBatch], table_uri: str, options: dict
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: parse commit and checkpoint files with the core's parsers into action rows."""
-    from airflow_provider_delta.log.replay import Actions, parse_json_actions
+    from airflow_provider_delta.log.commit_json import parse_json_actions
+    from airflow_provider_delta.log.replay import Actions
 
     store = LogStore(table_uri, options)
     for batch in batches:
