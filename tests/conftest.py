@@ -1,4 +1,5 @@
-"""Root fixtures: a real S3 endpoint (moto's server, in this process) with a request log.
+"""Root fixtures: a real S3 endpoint (moto's server, in this process) with a request log, and a real local
+Spark (``spark``: one ``local[2]`` session per test module, for the Spark layer and the oracle tests).
 
 The server is moto's own WSGI app served by werkzeug on 127.0.0.1, wrapped in a small middleware that records
 every request before moto answers it. Tests use the log to pin the storage cost of an operation, e.g. "an idle
@@ -11,7 +12,9 @@ with them every bucket this server holds.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import tempfile
 import threading
 import urllib.request
@@ -38,6 +41,12 @@ if "PYTEST_AIRFLOW_HOME_SET" not in os.environ:
     os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
     os.environ["PYTEST_AIRFLOW_HOME_SET"] = "1"
     os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
+
+# Spark workers run this interpreter, so they import the provider and pyarrow from the same environment.
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+# py4j logs at INFO when its connections are collected at exit, after pytest has closed the streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 FAKE_KEY = "testing"
 FAKE_SECRET = "testing"
@@ -243,3 +252,22 @@ def request_counter(s3_server: S3Server) -> RequestLog:
     """The server's request log, cleared at the start of the test (after any bucket fixture ran)."""
     s3_server.requests.clear()
     return s3_server.requests
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator:
+    """Our Spark (the product's pyspark), local[2] with small shuffles, so it stays quick on two cores."""
+    from airflow_provider_delta.spark import spark_session
+
+    session = spark_session(
+        "local[2]",
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+            "spark.sql.session.timeZone": "UTC",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

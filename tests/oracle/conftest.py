@@ -1,5 +1,5 @@
 """Fixtures of the oracle suite: Delta Spark (one session per test module, in its own process and venv) and
-our own Spark (pyspark of the product's environment, one session for the whole package).
+our own Spark (``spark`` from ``tests/conftest.py``: the product's pyspark, one session per module).
 
 Every test here is marked ``oracle``. Without the oracle environment they fail naming what is missing;
 ``DELTA_ORACLE=off`` skips them, and only that does.
@@ -7,18 +7,11 @@ Every test here is marked ``oracle``. Without the oracle environment they fail n
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from oracle_client import Oracle, OracleUnavailable, off
-
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,22 +34,3 @@ def oracle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         pytest.fail(str(exc), pytrace=False)
     yield client
     client.close()
-
-
-@pytest.fixture(scope="package")
-def spark() -> Iterator:
-    """Our Spark (the product's pyspark), for ``airflow_provider_delta.spark.read`` and ``write``."""
-    from airflow_provider_delta.spark import spark_session
-
-    session = spark_session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.sql.session.timeZone": "UTC",
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()

@@ -1,42 +1,12 @@
-"""A real local Spark for the Spark writer and reader tests: one ``local[2]`` session per test module.
-
-Workers run this interpreter (``PYSPARK_PYTHON``), so they import the provider and pyarrow from the same
-environment; the UI is off and shuffles are small so the suite stays quick on two cores.
-"""
+"""Fixtures of the Spark writer and reader tests; the ``spark`` session itself is in ``tests/conftest.py``
+(the oracle tests use it too)."""
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from spark_helpers import GOLDEN
-
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-# py4j logs at INFO when its connections are collected at exit, after pytest has closed the streams.
-logging.getLogger("py4j").setLevel(logging.WARNING)
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator:
-    from airflow_provider_delta.spark import spark_session
-
-    session = spark_session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.sql.session.timeZone": "UTC",
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 @pytest.fixture
