@@ -185,6 +185,18 @@ def write_checkpoint(
     store = table.store
     # A checkpoint is written state: the writer must implement every writer feature ("Table Features").
     check_write_supported(snap.protocol, uses_identity=False, where=f"checkpoint of {store.uri}")
+    if snap.vacuum_started is not None and snap.vacuum_started > 0:
+        # A checkpoint past an unfinished VACUUM START would hide it from writers that start from the
+        # checkpoint, and they must see it to refuse files it may delete: stop just before it.
+        log.warning(
+            "a VACUUM of %s started at version %d and has not ended: writing the checkpoint at version %d "
+            "instead of %d (a VACUUM that was killed leaves this until the next VACUUM ends)",
+            store.uri,
+            snap.vacuum_started,
+            snap.vacuum_started - 1,
+            snap.version,
+        )
+        snap = table.snapshot(snap.vacuum_started - 1)
     cfg = snap.metadata.configuration
     size_limit = part_size or int(cfg.get("delta.checkpoint.partSize", DEFAULT_PART_SIZE))
     # A table with the v2Checkpoint feature gets V2 checkpoints (UUID-named, checkpointMetadata, sidecars).

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
 from .commit_info import VACUUM_END, vacuum_cutoff
-from .errors import CorruptLogError
+from .errors import CorruptLogError, VersionNotFoundError
 from .properties import (
     DELETED_FILE_RETENTION,
     SET_TRANSACTION_RETENTION,
@@ -33,6 +33,8 @@ from .storage import FileMeta, LogStore
 log = logging.getLogger(__name__)
 _MAX_CHECKPOINT_FALLBACKS = 5
 _MAX_RELISTS = 10
+_MAX_TRANSIENT_RETRIES = 3
+_TRANSIENT = (ConnectionError, TimeoutError)
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,8 +59,9 @@ class Snapshot:
     commit_info: dict[str, Any] | None
     fields: FileFields = ALL_FILE_FIELDS
     keep_expired_tombstones: bool = False
-    # A VACUUM START among the commits this snapshot read, with no VACUUM END after it: the modification
-    # time below which that VACUUM may be deleting unreferenced files (see ``commit_info.vacuum_cutoff``).
+    # A VACUUM START among the commits this snapshot read, with no VACUUM END after it: its version, and the
+    # modification time below which it may be deleting unreferenced files (``commit_info.vacuum_cutoff``).
+    vacuum_started: int | None = None
     vacuum_cutoff: int | None = None
 
     @property
@@ -136,10 +139,11 @@ def load_snapshot(
     """
     builder = SegmentBuilder(store)
     excluded: set[int] = set()
-    relists = 0
+    broken: list[CheckpointReadError] = []
+    relists = transient = 0
     while True:
-        segment = builder.build(version, frozenset(excluded))
         try:
+            segment = builder.build(version, frozenset(excluded))
             commit_data = store.read_log_files(f.name for f in segment.commits)
             state = replay(store, segment, commit_data, fields)
         except FileNotFoundError as exc:
@@ -149,17 +153,33 @@ def load_snapshot(
             continue
         except CheckpointReadError as exc:
             assert segment.checkpoint is not None
+            if isinstance(exc.__cause__, _TRANSIENT) and transient < _MAX_TRANSIENT_RETRIES:
+                # A dropped connection says nothing about the checkpoint: read it again, do not skip it.
+                transient += 1
+                log.info("reading a checkpoint of %s failed (%s); trying again", store.uri, exc)
+                continue
             if not all(store.log_file_exists(f.name) for f in segment.checkpoint.files):
                 relists = _relist(store, relists, exc)
                 continue
             log.warning("%s; falling back to an older checkpoint or the JSON log", exc)
             excluded.add(segment.checkpoint.version)
+            broken.append(exc)
             if len(excluded) > _MAX_CHECKPOINT_FALLBACKS:
                 raise CorruptLogError(
                     f"no readable checkpoint for {store.uri} after {len(excluded)} attempts"
                 ) from exc
             continue
-        return _from_state(store, segment, state, now_ms, keep_expired_tombstones, None)
+        except VersionNotFoundError as exc:
+            if not broken:
+                raise
+            # Without the checkpoints that could not be read, the version is not reconstructable: that is
+            # what to report, not "version not found" of a table whose log is there.
+            raise CorruptLogError(
+                f"{store.uri} cannot be read at version {version if version is not None else 'latest'}: "
+                f"{broken[-1]}, and the commits before it were cleaned up, so there is nothing to fall back "
+                "to"
+            ) from exc
+        return _from_state(store, segment, state, now_ms, keep_expired_tombstones, (None, None))
 
 
 def _relist(store: LogStore, relists: int, exc: Exception) -> int:
@@ -208,7 +228,8 @@ def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
         )
     state = apply_commits(snap.state(), store, tuple(new), datas)
     segment = LogSegment(snap.version + len(new), snap.segment.checkpoint, snap.segment.commits + tuple(new))
-    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones, snap.vacuum_cutoff)
+    vacuum = (snap.vacuum_started, snap.vacuum_cutoff)
+    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones, vacuum)
 
 
 def _same_file(a: FileMeta, b: FileMeta) -> bool:
@@ -221,7 +242,7 @@ def _from_state(
     state: TableState,
     now_ms: int | None,
     keep_expired_tombstones: bool,
-    vacuum_before: int | None,
+    vacuum_before: tuple[int | None, int | None],
 ) -> Snapshot:
     where = f"table {store.uri} at version {segment.version}"
     if state.protocol is None:
@@ -259,20 +280,22 @@ def _from_state(
         commit_info=info,
         fields=state.fields,
         keep_expired_tombstones=keep_expired_tombstones,
-        vacuum_cutoff=_vacuum_in_progress(vacuum_before, state.commit_infos),
+        **_vacuum_in_progress(vacuum_before, state.commit_infos),
     )
 
 
-def _vacuum_in_progress(before: int | None, commit_infos: dict[int, dict[str, Any]]) -> int | None:
-    """The cut-off of the last VACUUM STARTed and not ENDed, reading ``commit_infos`` in version order."""
-    cutoff = before
+def _vacuum_in_progress(
+    before: tuple[int | None, int | None], commit_infos: dict[int, dict[str, Any]]
+) -> dict[str, int | None]:
+    """The last VACUUM STARTed and not ENDed (version and cut-off), reading ``commit_infos`` in order."""
+    started, cutoff = before
     for version in sorted(commit_infos):
         info = commit_infos[version]
         if info.get("operation") == VACUUM_END:
-            cutoff = None
-        elif (started := vacuum_cutoff(info)) is not None:
-            cutoff = started
-    return cutoff
+            started, cutoff = None, None
+        elif (at := vacuum_cutoff(info)) is not None:
+            started, cutoff = version, at
+    return {"vacuum_started": started, "vacuum_cutoff": cutoff}
 
 
 def _version_timestamp(store: LogStore, segment: LogSegment, metadata: Metadata, info: dict | None) -> int:

@@ -258,9 +258,46 @@ class LogStore:
         info = self.fs.info(path)
         return FileMeta(posixpath.basename(path), int(info.get("size") or 0), mtime_of(info))
 
-    def open_input_file(self, path: str):
-        """A seekable file object for Parquet readers."""
-        return self.fs.open(path, "rb")
+    def open_input_file(self, path: str) -> Any:
+        """A seekable file object for Parquet readers; a file deleted under it raises FileNotFoundError
+        on every backend (adlfs raises Azure's own ResourceNotFoundError from range reads)."""
+        try:
+            fh = self.fs.open(path, "rb")
+        except _azure_not_found() as exc:
+            raise FileNotFoundError(path) from exc
+        return _NotFoundTranslated(fh, path) if self.protocol in _AZURE else fh
+
+
+def _azure_not_found() -> tuple[type[Exception], ...]:
+    try:  # an optional dependency: only Azure tables need it
+        from azure.core.exceptions import ResourceNotFoundError
+    except ImportError:
+        return ()
+    return (ResourceNotFoundError,)
+
+
+class _NotFoundTranslated:
+    """A file object whose reads turn a backend's "not found" into FileNotFoundError, so a reader racing
+    log cleanup handles a deleted checkpoint alike on every store (it lists again)."""
+
+    def __init__(self, fh: Any, path: str) -> None:
+        self._fh = fh
+        self._path = path
+
+    def read(self, *args: Any) -> bytes:
+        try:
+            return self._fh.read(*args)
+        except _azure_not_found() as exc:
+            raise FileNotFoundError(self._path) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+    def __enter__(self) -> _NotFoundTranslated:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._fh.close()
 
 
 # Backends whose fsspec ``pipe_file(..., mode="create")`` is an atomic create-if-absent: S3 and Azure (adlfs:

@@ -352,8 +352,19 @@ class Transaction:
             raise ProtocolChangedError(f"the protocol of {where} changed while log cleanup ran", **kw)
         if latest.metadata != read.metadata:
             raise MetadataChangedError(f"the metadata of {where} changed while log cleanup ran", **kw)
+        # The commits removed by cleanup may have held a whole VACUUM (START and END): whether it deleted
+        # files this commit adds can only be seen in storage now. A VACUUM still running shows in ``latest``.
+        relative = [a.path for a in self.adds if "://" not in a.path and not a.path.startswith("/")]
+        if missing := [p for p in relative if not store.exists(store.table_file(p))]:
+            raise ConcurrentVacuumError(
+                f"{len(missing)} file(s) this transaction adds to {where} no longer exist (e.g. "
+                f"{missing[0]}): a VACUUM deleted them while it was open. Write them again and retry",
+                winning_version=latest.version,
+                winning_operation=VACUUM_START,
+            )
         log.warning("%s; committing on the latest snapshot of %s instead", why, where)
         self.snapshot = latest
+        self._check_vacuum_in_progress()
         return None, latest.version, _ict_of(latest)
 
     def _resolve_conflicts(

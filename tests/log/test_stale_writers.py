@@ -25,6 +25,7 @@ import pytest
 
 from airflow_provider_delta.log import (
     AddFile,
+    CorruptLogError,
     DeltaTable,
     MetadataChangedError,
     StaleSnapshotError,
@@ -33,7 +34,7 @@ from airflow_provider_delta.log import (
 )
 from airflow_provider_delta.log.actions import Protocol
 from airflow_provider_delta.log.segment import commit_name
-from airflow_provider_delta.log.storage import put_if_absent
+from airflow_provider_delta.log.storage import LogStore, put_if_absent
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 DAY_MS = 86_400_000
@@ -299,3 +300,64 @@ def test_every_write_refuses_an_unknown_writer_feature(table: DeltaTable, operat
         else:
             table.transaction().add_files([_file(table, "y")]).commit()
     assert _log_names(table) == before
+
+
+# -- readers racing cleanup on every store -----------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure"])
+def test_a_checkpoint_deleted_after_the_reader_opened_it_is_listed_again(
+    request: pytest.FixtureRequest, backend: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Log cleanup deletes the checkpoint a reader has just opened: every store reports "not found" alike
+    (adlfs raises Azure's own error from range reads) and the reader lists again."""
+    if backend == "s3":
+        s3, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
+        uri, options = f"s3://{bucket}/t", s3.storage_options
+    else:
+        emulator = request.getfixturevalue(f"{backend}_emulator")
+        uri, options = emulator.uri(f"race-{time.time_ns()}"), emulator.storage_options
+    t = DeltaTable.create(uri, pa.schema([("a", pa.int64())]), storage_options=options)
+    for i in range(3):
+        t.transaction().add_files([AddFile(f"f{i}.parquet", 1)]).commit()
+    t.checkpoint()
+    real_open = LogStore.open_input_file
+
+    def open_then_deleted(store: LogStore, path: str) -> Any:
+        fh = real_open(store, path)
+        store.fs.rm_file(path)
+        return fh
+
+    monkeypatch.setattr(LogStore, "open_input_file", open_then_deleted)
+    snap = DeltaTable(uri, options).snapshot()
+    assert snap.version == 3 and len(snap.file_paths()) == 3
+
+
+def test_a_transient_error_reading_the_newest_checkpoint_is_retried(monkeypatch: pytest.MonkeyPatch):
+    uri = f"memory://transient-{time.time_ns()}/t"  # not local disk, which reads checkpoints directly
+    t = DeltaTable.create(uri, pa.schema([("a", pa.int64())]))
+    for i in range(3):
+        t.transaction().add_files([AddFile(f"f{i}.parquet", 1)]).commit()
+    t.checkpoint()
+    t.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + DAY_MS)  # nothing to fall back to
+    real_open = LogStore.open_input_file
+    calls: list[str] = []
+
+    def flaky(store: LogStore, path: str) -> Any:
+        calls.append(path)
+        if len(calls) == 1:
+            raise ConnectionResetError("injected: connection reset")
+        return real_open(store, path)
+
+    monkeypatch.setattr(LogStore, "open_input_file", flaky)
+    snap = DeltaTable(uri).snapshot()
+    assert snap.version == 3 and len(calls) == 2
+
+
+def test_an_unreadable_checkpoint_with_nothing_to_fall_back_to_is_named_corrupt(tmp_path: Path):
+    t = DeltaTable.create(str(tmp_path / "t"), pa.schema([("a", pa.int64())]))
+    for i in range(3):
+        t.transaction().add_files([AddFile(f"f{i}.parquet", 1)]).commit()
+    t.checkpoint()
+    t.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + DAY_MS)
+    (tmp_path / "t" / "_delta_log" / f"{3:020d}.checkpoint.parquet").write_bytes(b"garbage")
+    with pytest.raises(CorruptLogError, match="checkpoint.*cleaned up"):
+        DeltaTable(str(tmp_path / "t")).snapshot()

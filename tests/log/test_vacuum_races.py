@@ -95,3 +95,54 @@ def test_vacuum_keeps_files_committed_between_its_listing_and_its_start(table: D
     snap = DeltaTable(table.uri).snapshot()
     assert "racing.parquet" in snap.file_paths()
     assert all((Path(table.store.root) / p).exists() for p in snap.file_paths())
+
+
+def test_a_stale_append_whose_file_vacuum_deleted_is_refused(table: DeltaTable):
+    """The log that held the VACUUM (START and END) was cleaned up while the transaction was open: only
+    storage can tell that its file is gone."""
+    add = AddFile.from_file(table, _write(table, "f.parquet", age_s=5))
+    txn = DeltaTable(table.uri).transaction().add_files([add]).set_app_transaction("w", 0)
+    other = DeltaTable(table.uri)
+    for i in range(3):
+        other.transaction().set_app_transaction("other", i).commit()
+    other.checkpoint()
+    other.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + 86_400_000)
+    _vacuum_now(other)  # deletes f.parquet, then log cleanup hides its START/END
+    other.checkpoint()
+    other.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + 86_400_000)
+
+    with pytest.raises(ConcurrentVacuumError, match="no longer exist"):
+        txn.commit()
+    snap = DeltaTable(table.uri).snapshot()
+    assert "f.parquet" not in snap.file_paths() and "w" not in snap.app_transactions
+
+
+def test_checkpoints_stop_before_an_unfinished_vacuum_start(table: DeltaTable, monkeypatch):
+    """A writer opening the table from a checkpoint must still see VACUUM START, so checkpoints written
+    while a VACUUM deletes stay below START; the writer then refuses the file VACUUM is deleting."""
+    _write(table, "f.parquet", age_s=5)  # written, not yet committed: VACUUM will delete it
+    real_delete = vacuum.delete_files
+    out: dict[str, Any] = {}
+
+    def others_act_while_vacuum_deletes(store: Any, paths: Any, under: str, **kw: Any) -> None:
+        other = DeltaTable(table.uri)
+        other.transaction().set_app_transaction("other", 1).commit()
+        out["checkpoint"] = other.checkpoint().version  # an automatic checkpoint, say
+        writer = DeltaTable(table.uri).transaction()
+        try:
+            out["writer"] = writer.add_files([AddFile.from_file(writer.snapshot, "f.parquet")]).commit()
+        except ConcurrentVacuumError as exc:
+            out["writer"] = exc
+        real_delete(store, paths, under, **kw)
+
+    monkeypatch.setattr(vacuum, "delete_files", others_act_while_vacuum_deletes)
+    report = _vacuum_now(table)
+
+    assert "f.parquet" in report.files
+    start = next(e.version for e in DeltaTable(table.uri).history() if e.operation == "VACUUM START")
+    assert out["checkpoint"] == start - 1
+    assert isinstance(out["writer"], ConcurrentVacuumError)
+    snap = DeltaTable(table.uri).snapshot()
+    assert all((Path(table.store.root) / p).exists() for p in snap.file_paths())
+    # Once VACUUM END is in, checkpoints go to the latest version again.
+    assert table.checkpoint().version == snap.version
