@@ -12,6 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .errors import shown
+
 
 @dataclass(frozen=True)
 class Format:
@@ -30,12 +32,11 @@ class Protocol:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Protocol:
-        rf, wf = d.get("readerFeatures"), d.get("writerFeatures")
         return cls(
-            int(d["minReaderVersion"]),
-            int(d["minWriterVersion"]),
-            None if rf is None else tuple(rf),
-            None if wf is None else tuple(wf),
+            _int(d, "minReaderVersion", "protocol", lo=1, hi=INT32_MAX),
+            _int(d, "minWriterVersion", "protocol", lo=1, hi=INT32_MAX),
+            _strings(d, "readerFeatures", "protocol"),
+            _strings(d, "writerFeatures", "protocol"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -65,19 +66,22 @@ class Metadata:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Metadata:
-        for required in ("id", "schemaString"):
-            if not isinstance(d.get(required), str):
-                raise ValueError(f"metaData.{required} is missing or null")
-        fmt = d.get("format") or {}
+        fmt = d.get("format")
+        if fmt is not None and not isinstance(fmt, dict):
+            raise ValueError(f"metaData.format must be an object, not {shown(fmt)}")
+        fmt = fmt or {}
+        provider = fmt.get("provider")
+        if provider is not None and not isinstance(provider, str):
+            raise ValueError(f"metaData.format.provider must be a string, not {shown(provider)}")
         return cls(
-            id=d["id"],
-            schema_string=d["schemaString"],
-            partition_columns=tuple(d.get("partitionColumns") or ()),
-            configuration={k: v for k, v in (d.get("configuration") or {}).items()},
-            format=Format(fmt.get("provider") or "parquet", dict(fmt.get("options") or {})),
-            name=d.get("name"),
-            description=d.get("description"),
-            created_time=d.get("createdTime"),
+            id=_str(d, "id", "metaData"),
+            schema_string=_str(d, "schemaString", "metaData"),
+            partition_columns=_strings(d, "partitionColumns", "metaData") or (),
+            configuration=_string_map(d.get("configuration"), "metaData.configuration"),
+            format=Format(provider or "parquet", _string_map(fmt.get("options"), "metaData.format.options")),
+            name=_str(d, "name", "metaData", required=False),
+            description=_str(d, "description", "metaData", required=False),
+            created_time=_int(d, "createdTime", "metaData", required=False),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -110,6 +114,14 @@ class SetTransaction:
     version: int
     last_updated: int | None = None
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SetTransaction:
+        return cls(
+            _str(d, "appId", "txn"),
+            _int(d, "version", "txn"),
+            _int(d, "lastUpdated", "txn", required=False),
+        )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"appId": self.app_id, "version": self.version}
         if self.last_updated is not None:
@@ -123,8 +135,83 @@ class DomainMetadata:
     configuration: str
     removed: bool = False
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DomainMetadata:
+        removed = d.get("removed")
+        if removed is not None and not isinstance(removed, bool):
+            raise ValueError(f"domainMetadata.removed must be true or false, not {shown(removed)}")
+        return cls(
+            _str(d, "domain", "domainMetadata"),
+            _str(d, "configuration", "domainMetadata", required=False) or "",
+            bool(removed),
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {"domain": self.domain, "configuration": self.configuration, "removed": self.removed}
+
+
+def check_commit_info(d: dict[str, Any]) -> None:
+    """The fields of ``commitInfo`` the core interprets have the types it needs (the rest is free-form):
+    ``inCommitTimestamp`` ("In-Commit Timestamps") and ``operation`` (history, conflicts, tailing)."""
+    _int(d, "inCommitTimestamp", "commitInfo", required=False)
+    _str(d, "operation", "commitInfo", required=False)
+
+
+def check_sidecar(d: dict[str, Any]) -> None:
+    """A ``sidecar`` action names a file ("Sidecar File Information"): its path must be a string."""
+    _str(d, "path", "sidecar")
+
+
+# -- validating wire values ("Actions": each field's type) ---------------------------------------------
+# A field of the wrong type is reported by ``from_json`` as a ValueError naming the action and field; the
+# caller knows the file and line and raises CorruptLogError. Integers must fit the spec's Int and Long (a
+# JSON number beyond them, a float or an infinity is not a version, a size or a timestamp).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _str(d: dict[str, Any], key: str, action: str, *, required: bool = True) -> Any:
+    value = d.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{action}.{key} must be a string, not {shown(value)}")
+    return value
+
+
+def _int(
+    d: dict[str, Any],
+    key: str,
+    action: str,
+    *,
+    required: bool = True,
+    lo: int = -INT64_MAX - 1,
+    hi: int = INT64_MAX,
+) -> Any:
+    value = d.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ValueError(f"{action}.{key} must be an integer from {lo} to {hi}, not {shown(value)}")
+    return value
+
+
+def _strings(d: dict[str, Any], key: str, action: str) -> tuple[str, ...] | None:
+    value = d.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{action}.{key} must be an array of strings, not {shown(value)}")
+    return tuple(value)
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    """A JSON object of strings; a null value means the key is not set (as a missing key would)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str | None) for v in value.values()):
+        raise ValueError(f"{where} must be an object of strings, not {shown(value)}")
+    return {k: v for k, v in value.items() if v is not None}
 
 
 # -- Arrow shapes ---------------------------------------------------------------------------------------
