@@ -152,9 +152,14 @@ class DomainMetadata:
 
 def check_commit_info(d: dict[str, Any]) -> None:
     """The fields of ``commitInfo`` the core interprets have the types it needs (the rest is free-form):
-    ``inCommitTimestamp`` ("In-Commit Timestamps") and ``operation`` (history, conflicts, tailing)."""
+    ``inCommitTimestamp`` ("In-Commit Timestamps"), ``timestamp``, ``operation`` and
+    ``operationParameters`` (history, conflicts, tailing, and a concurrent VACUUM's cut-off)."""
     _int(d, "inCommitTimestamp", "commitInfo", required=False)
+    _int(d, "timestamp", "commitInfo", required=False)
     _str(d, "operation", "commitInfo", required=False)
+    params = d.get("operationParameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"commitInfo.operationParameters must be an object, not {shown(params)}")
 
 
 def check_sidecar(d: dict[str, Any]) -> None:

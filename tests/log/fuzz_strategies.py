@@ -127,7 +127,10 @@ _ACTION_FIELDS: list[tuple[str, str, st.SearchStrategy]] = [
     ("remove", "deletionTimestamp", st.sampled_from([str(2**63), "1e400", '"x"', "null", "-1"])),
     ("remove", "path", st.sampled_from(["7", "null", '"\\ud800"'])),
     ("commitInfo", "inCommitTimestamp", st.sampled_from([str(2**63), "1e400", '"x"', "null", "-1", "[]"])),
-    ("commitInfo", "operation", st.sampled_from(["7", "null", "[]"])),
+    ("commitInfo", "operation", st.sampled_from(["7", "null", "[]", '"VACUUM START"', '"VACUUM END"'])),
+    ("commitInfo", "timestamp", st.sampled_from([str(2**63), "1e400", '"x"', "null", "-1"])),
+    ("commitInfo", "operationParameters", st.sampled_from(['"x"', "[]", '{"specifiedRetentionMillis":1e400}',
+                                                           '{"defaultRetentionMillis":"x"}'])),
     ("checkpointMetadata", "version", st.sampled_from([str(2**63), '"x"', "null"])),
     ("sidecar", "path", st.sampled_from(["7", "null", '"../../../etc/passwd"', '"nope.parquet"',
                                          '"\\ud800"'])),
@@ -153,6 +156,10 @@ def _lines_mutation(files: LogFiles) -> st.SearchStrategy[Mutation]:
                              b'{"remove":[]}', b'{"protocol":7}', b'{"metaData":{}}', b'{"txn":{}}',
                              b'{"add": {"path": "x.parquet"}}', b"\x00\x00", b'{"":{}}',
                              b'{"add":{"path":"a","size":1,"modificationTime":1,"dataChange":true},"remove":{}}',
+                             b'{"commitInfo":{"operation":"VACUUM START","timestamp":1,"operationParameters":'
+                             b'{"specifiedRetentionMillis":1e400}}}',
+                             b'{"commitInfo":{"operation":"VACUUM START","timestamp":1e400}}',
+                             b'{"commitInfo":{"operation":"VACUUM START","operationParameters":[]}}',
                              *BAD_UTF8])  # fmt: skip
     return st.builds(
         lambda name, op, i, j, text: Mutation("lines", name, {"op": op, "i": i, "j": j, "text": text}),

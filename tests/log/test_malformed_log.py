@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deadline import deadline
 
-from airflow_provider_delta.log import CorruptLogError, DeltaTable, VersionNotFoundError
+from airflow_provider_delta.log import CorruptLogError, DeltaTable, InvalidCommitError, VersionNotFoundError
 from airflow_provider_delta.log.conflicts import WinningCommit
 from airflow_provider_delta.log.last_checkpoint import parse_last_checkpoint
 from airflow_provider_delta.log.tail import commits_after
@@ -407,3 +407,43 @@ def test_time_travel_to_a_huge_or_negative_version_is_version_not_found(tmp_path
     write_log(tmp_path, [PROTOCOL, metadata(), add()], [add("p=1/b.parquet")])
     with deadline(HANG_S, f"snapshot(version={version})"), pytest.raises(VersionNotFoundError):
         DeltaTable(str(tmp_path)).snapshot(version=version)
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        '{"operation":"VACUUM START","timestamp":1,"operationParameters":{"specifiedRetentionMillis":1e400}}',
+        '{"operation":"VACUUM START","timestamp":1,"operationParameters":{"defaultRetentionMillis":"soon"}}',
+    ],
+)
+def test_a_vacuum_start_with_a_retention_that_is_not_a_number_is_still_read(tmp_path: Path, info: str):
+    """The parameters of an operation are free-form; one the core cannot use is not held against the log."""
+    write_log(tmp_path, [PROTOCOL, metadata(), add()], ['{"commitInfo":' + info + "}", add("p=1/b.parquet")])
+    assert DeltaTable(str(tmp_path)).snapshot().num_files == 2
+
+
+@pytest.mark.parametrize(
+    ("info", "says"),
+    [
+        ('{"operation":"VACUUM START","timestamp":1e400}', "commitInfo.timestamp must be an integer"),
+        ('{"operation":"VACUUM START","operationParameters":[]}', "commitInfo.operationParameters must be"),
+    ],
+)
+def test_commit_info_fields_the_core_reads_are_type_checked(tmp_path: Path, info: str, says: str):
+    write_log(tmp_path, [PROTOCOL, metadata(), add()], ['{"commitInfo":' + info + "}", add("p=1/b.parquet")])
+    refused(tmp_path, file=f"{1:020d}.json", line=1, says=says)
+
+
+@pytest.mark.parametrize(
+    "configuration",
+    [
+        {"delta.logRetentionDuration": "forever"},
+        {"delta.checkpoint.partSize": "0"},
+        {"delta.deletedFileRetentionDuration": "interval -1 days"},
+    ],
+)
+def test_a_writer_never_commits_metadata_that_readers_refuse(tmp_path: Path, configuration: dict):
+    schema = pa.schema([("id", pa.int64())])
+    with pytest.raises(InvalidCommitError, match="the new metaData would make the table unreadable"):
+        DeltaTable.create(str(tmp_path / "t"), schema, configuration=configuration)
+    assert not (tmp_path / "t" / "_delta_log" / f"{0:020d}.json").exists()
