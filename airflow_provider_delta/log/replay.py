@@ -165,11 +165,11 @@ def apply_checkpoint_batch(
             if col.null_count < len(col):
                 for body in col.filter(col.is_valid()).to_pylist(maps_as_pydicts="lossy"):
                     if not isinstance(body, dict):
-                        raise CheckpointReadError(f"checkpoint {path}: the {name} column is not a struct")
+                        raise CheckpointReadError(f"{path}: the {name} column is not a struct")
                     try:
                         acc.apply_small(name, body, version, (path, None))
                     except ValueError as exc:
-                        raise CheckpointReadError(f"checkpoint {path}: {exc}") from exc
+                        raise CheckpointReadError(f"{path}: {exc}") from exc
     targets = (("add", acc.fields.add_type, acc.adds), ("remove", acc.fields.remove_type, acc.removes))
     for name, target, bucket in targets:
         if name not in names:
@@ -199,9 +199,7 @@ def _check_utf8(actions: pa.StructArray, kind: str, path: str) -> None:
             try:
                 actions.field(name).validate(full=True)
             except pa.ArrowInvalid as exc:
-                raise CheckpointReadError(
-                    f"checkpoint {path}: {kind}.{name} is not valid UTF-8: {exc}"
-                ) from None
+                raise CheckpointReadError(f"{path}: {kind}.{name} is not valid UTF-8: {exc}") from None
 
 
 def read_checkpoint(
