@@ -52,7 +52,7 @@ bench: sync
 
 # The fuzz test of the log reader (tests/log/test_fuzz_log.py), long: FUZZ_EXAMPLES cases (5000 by default,
 # about 10 minutes on a 2-core machine) drawn from DELTA_FUZZ_SEED (a new seed each run unless set; it is printed, and a
-# failure prints it again with the case). `make test` runs the same test derandomized with 200 cases.
+# failure prints it again with the case). `make test` runs the same test derandomized with 300 cases.
 # Rerun a failure with `make fuzz DELTA_FUZZ_SEED=<seed> FUZZ_EXAMPLES=<n>`.
 FUZZ_EXAMPLES ?= 5000
 fuzz: sync

@@ -8,7 +8,7 @@ same state. The only failure allowed is a ``DeltaError`` whose message names the
 partition value, the data file); no case may run past ``DELTA_FUZZ_DEADLINE_S`` (a hang, or work
 proportional to a version number).
 
-Budget and reproduction: ``DELTA_FUZZ_EXAMPLES`` cases (200 by default, about 30 s; ``make fuzz`` runs
+Budget and reproduction: ``DELTA_FUZZ_EXAMPLES`` cases (300 by default, 12-35 s; ``make fuzz`` runs
 thousands); without ``DELTA_FUZZ_SEED`` the run is derandomized (the same cases every time), with it the
 seed picks them. A failure prints the seed table, the mutations and the steps, and Hypothesis prints a
 ``@reproduce_failure`` blob. No example database is written.
@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.errors import DeltaError
 
-EXAMPLES = int(os.environ.get("DELTA_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("DELTA_FUZZ_EXAMPLES", "300"))
 SEED = os.environ.get("DELTA_FUZZ_SEED")
 DEADLINE_S = float(os.environ.get("DELTA_FUZZ_DEADLINE_S", "20"))
 INT64_MAX = 2**63 - 1
