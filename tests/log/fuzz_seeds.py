@@ -133,6 +133,7 @@ class LogFiles:
     json_files: tuple[tuple[str, int], ...]  # (name relative to _delta_log, number of lines)
     parquet_files: tuple[str, ...]
     all_files: tuple[str, ...]
+    actions: dict[str, tuple[str, ...]]  # action name -> the JSON files that hold one
 
     @classmethod
     def of(cls, root: Path) -> LogFiles:
@@ -144,7 +145,17 @@ class LogFiles:
             if n.endswith(".json") or n == "_last_checkpoint"
         )
         parquet = tuple(n for n in names if n.endswith(".parquet"))
-        return cls(json_files, parquet, tuple(names))
+        actions: dict[str, list[str]] = {}
+        for name, _ in json_files:
+            for line in (log / name).read_bytes().splitlines():
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                for action in obj if isinstance(obj, dict) else ():
+                    if name not in actions.setdefault(action, []):
+                        actions[action].append(name)
+        return cls(json_files, parquet, tuple(names), {k: tuple(v) for k, v in actions.items()})
 
 
 def versions_named(root: Path) -> list[int]:

@@ -139,12 +139,13 @@ _ACTION_FIELDS: list[tuple[str, str, st.SearchStrategy]] = [
 
 
 def _action_field_mutation(files: LogFiles) -> st.SearchStrategy[Mutation]:
-    """A known field of a known action set to a value of the wrong type, out of range, or not parsing."""
-    names = [n for n, _ in files.json_files if n != "_last_checkpoint"]
-    return st.tuples(st.sampled_from(names), st.sampled_from(_ACTION_FIELDS), st.booleans()).flatmap(
-        lambda t: t[1][2].map(
-            lambda v: Mutation(
-                "action_field", t[0], {"action": t[1][0], "key": t[1][1], "value": v, "first_only": t[2]}
+    """A known field of an action the seed holds, in a file that holds it, set to a value of the wrong
+    type, out of range, or that does not parse."""
+    fields = [f for f in _ACTION_FIELDS if f[0] in files.actions]
+    return st.tuples(st.sampled_from(fields), st.booleans()).flatmap(
+        lambda t: st.tuples(st.sampled_from(files.actions[t[0][0]]), t[0][2]).map(
+            lambda fv: Mutation(
+                "action_field", fv[0], {"action": t[0][0], "key": t[0][1], "value": fv[1], "first_only": t[1]}
             )
         )
     )
