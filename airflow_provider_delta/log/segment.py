@@ -6,7 +6,6 @@ into state. Spec: "Delta Log Entries", "Checkpoints", "Last Checkpoint File".
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ _BACKWARD_CHUNK = 1000
 # version a number no commit can follow. Versions within range are never ignored, however large: a commit
 # named 9,000,000,000,000,000,000 makes the log end there, and reading its latest version is a gap error.
 MAX_VERSION = 2**63 - 1
+_MAX_VERSION_DIGITS = f"{MAX_VERSION:020d}"
 
 
 @dataclass(frozen=True)
@@ -67,20 +67,29 @@ def commit_name(version: int) -> str:
 def commit_version(name: str) -> int | None:
     """The version of a commit file's name; ``None`` for other files and for versions beyond int64."""
     m = COMMIT_RE.match(name)
-    return _in_range(int(m.group(1)), name) if m else None
+    return _in_range(int(m.group(1))) if m else None
 
 
-def _in_range(version: int, name: str) -> int | None:
-    if version <= MAX_VERSION:
-        return version
-    _warn_out_of_range(name)
-    return None
+def _in_range(version: int) -> int | None:
+    return version if version <= MAX_VERSION else None
 
 
-@functools.lru_cache(maxsize=256)
-def _warn_out_of_range(name: str) -> None:
-    # Once per name and process: a sensor lists the log every few seconds.
-    log.warning("ignoring %s in _delta_log: its version is beyond the largest a Delta log can hold", name)
+def _warn_out_of_range(store: LogStore, files: list[FileMeta]) -> None:
+    """Name the files ignored for a version beyond int64 (20 digits sort as the numbers they spell)."""
+    for f in files:
+        digits = f.name[:20]
+        if (
+            digits > _MAX_VERSION_DIGITS
+            and digits.isdigit()
+            and (COMMIT_RE.match(f.name) or _is_checkpoint(f))
+        ):
+            log.warning(
+                "ignoring %s: its version is beyond the largest a Delta log can hold", store.log_file(f.name)
+            )
+
+
+def _is_checkpoint(f: FileMeta) -> bool:
+    return bool(CLASSIC_RE.match(f.name) or V2_RE.match(f.name) or MULTI_RE.match(f.name))
 
 
 def group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
@@ -89,7 +98,7 @@ def group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
     found: dict[int, list[Checkpoint]] = {}
     for f in files:
         m = CLASSIC_RE.match(f.name) or V2_RE.match(f.name) or MULTI_RE.match(f.name)
-        if m is None or (version := _in_range(int(m.group(1)), f.name)) is None:
+        if m is None or (version := _in_range(int(m.group(1)))) is None:
             continue
         if m.re is CLASSIC_RE:
             found.setdefault(version, []).append(Checkpoint(version, "classic", (f,)))
@@ -143,6 +152,7 @@ class SegmentBuilder:
         elif version is not None:
             start = max(0, version - _BACKWARD_CHUNK)
         files = self.store.list_log(start)
+        _warn_out_of_range(self.store, files)
         segment = self._select(files, version, exclude, start)
         if segment is None and start > 0:
             # The hint was stale, or no checkpoint lies in the window: list the whole log, once. Stepping
