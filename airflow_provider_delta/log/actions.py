@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .action_values import INT32_MAX, int_field, str_field, string_map, strings_field
 from .errors import shown
 
 
@@ -33,10 +34,10 @@ class Protocol:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Protocol:
         return cls(
-            _int(d, "minReaderVersion", "protocol", lo=1, hi=INT32_MAX),
-            _int(d, "minWriterVersion", "protocol", lo=1, hi=INT32_MAX),
-            _strings(d, "readerFeatures", "protocol"),
-            _strings(d, "writerFeatures", "protocol"),
+            int_field(d, "minReaderVersion", "protocol", lo=1, hi=INT32_MAX),
+            int_field(d, "minWriterVersion", "protocol", lo=1, hi=INT32_MAX),
+            strings_field(d, "readerFeatures", "protocol"),
+            strings_field(d, "writerFeatures", "protocol"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -74,14 +75,14 @@ class Metadata:
         if provider is not None and not isinstance(provider, str):
             raise ValueError(f"metaData.format.provider must be a string, not {shown(provider)}")
         return cls(
-            id=_str(d, "id", "metaData"),
-            schema_string=_str(d, "schemaString", "metaData"),
-            partition_columns=_strings(d, "partitionColumns", "metaData") or (),
-            configuration=_string_map(d.get("configuration"), "metaData.configuration"),
-            format=Format(provider or "parquet", _string_map(fmt.get("options"), "metaData.format.options")),
-            name=_str(d, "name", "metaData", required=False),
-            description=_str(d, "description", "metaData", required=False),
-            created_time=_int(d, "createdTime", "metaData", required=False),
+            id=str_field(d, "id", "metaData"),
+            schema_string=str_field(d, "schemaString", "metaData"),
+            partition_columns=strings_field(d, "partitionColumns", "metaData") or (),
+            configuration=string_map(d.get("configuration"), "metaData.configuration"),
+            format=Format(provider or "parquet", string_map(fmt.get("options"), "metaData.format.options")),
+            name=str_field(d, "name", "metaData", required=False),
+            description=str_field(d, "description", "metaData", required=False),
+            created_time=int_field(d, "createdTime", "metaData", required=False),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -117,9 +118,9 @@ class SetTransaction:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SetTransaction:
         return cls(
-            _str(d, "appId", "txn"),
-            _int(d, "version", "txn"),
-            _int(d, "lastUpdated", "txn", required=False),
+            str_field(d, "appId", "txn"),
+            int_field(d, "version", "txn"),
+            int_field(d, "lastUpdated", "txn", required=False),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -141,8 +142,8 @@ class DomainMetadata:
         if removed is not None and not isinstance(removed, bool):
             raise ValueError(f"domainMetadata.removed must be true or false, not {shown(removed)}")
         return cls(
-            _str(d, "domain", "domainMetadata"),
-            _str(d, "configuration", "domainMetadata", required=False) or "",
+            str_field(d, "domain", "domainMetadata"),
+            str_field(d, "configuration", "domainMetadata", required=False) or "",
             bool(removed),
         )
 
@@ -154,9 +155,9 @@ def check_commit_info(d: dict[str, Any]) -> None:
     """The fields of ``commitInfo`` the core interprets have the types it needs (the rest is free-form):
     ``inCommitTimestamp`` ("In-Commit Timestamps"), ``timestamp``, ``operation`` and
     ``operationParameters`` (history, conflicts, tailing, and a concurrent VACUUM's cut-off)."""
-    _int(d, "inCommitTimestamp", "commitInfo", required=False)
-    _int(d, "timestamp", "commitInfo", required=False)
-    _str(d, "operation", "commitInfo", required=False)
+    int_field(d, "inCommitTimestamp", "commitInfo", required=False)
+    int_field(d, "timestamp", "commitInfo", required=False)
+    str_field(d, "operation", "commitInfo", required=False)
     params = d.get("operationParameters")
     if params is not None and not isinstance(params, dict):
         raise ValueError(f"commitInfo.operationParameters must be an object, not {shown(params)}")
@@ -164,59 +165,7 @@ def check_commit_info(d: dict[str, Any]) -> None:
 
 def check_sidecar(d: dict[str, Any]) -> None:
     """A ``sidecar`` action names a file ("Sidecar File Information"): its path must be a string."""
-    _str(d, "path", "sidecar")
-
-
-# -- validating wire values ("Actions": each field's type) ---------------------------------------------
-# A field of the wrong type is reported by ``from_json`` as a ValueError naming the action and field; the
-# caller knows the file and line and raises CorruptLogError. Integers must fit the spec's Int and Long (a
-# JSON number beyond them, a float or an infinity is not a version, a size or a timestamp).
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-
-
-def _str(d: dict[str, Any], key: str, action: str, *, required: bool = True) -> Any:
-    value = d.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"{action}.{key} must be a string, not {shown(value)}")
-    return value
-
-
-def _int(
-    d: dict[str, Any],
-    key: str,
-    action: str,
-    *,
-    required: bool = True,
-    lo: int = -INT64_MAX - 1,
-    hi: int = INT64_MAX,
-) -> Any:
-    value = d.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ValueError(f"{action}.{key} must be an integer from {lo} to {hi}, not {shown(value)}")
-    return value
-
-
-def _strings(d: dict[str, Any], key: str, action: str) -> tuple[str, ...] | None:
-    value = d.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{action}.{key} must be an array of strings, not {shown(value)}")
-    return tuple(value)
-
-
-def _string_map(value: Any, where: str) -> dict[str, str]:
-    """A JSON object of strings; a null value means the key is not set (as a missing key would)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(v, str | None) for v in value.values()):
-        raise ValueError(f"{where} must be an object of strings, not {shown(value)}")
-    return {k: v for k, v in value.items() if v is not None}
+    str_field(d, "path", "sidecar")
 
 
 # -- Arrow shapes ---------------------------------------------------------------------------------------
