@@ -21,7 +21,7 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PYSPARK_PYTHON := $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 
-.PHONY: test lint demo bench sync uv clean distclean tools oracle
+.PHONY: test lint demo bench fuzz sync uv clean distclean tools oracle
 
 test: lint tools oracle
 	$(UV_RUN) pytest $(PYTEST_ARGS)
@@ -49,6 +49,17 @@ demo: sync
 
 bench: sync
 	$(UV_RUN) python -m bench
+
+# The fuzz test of the log reader (tests/log/test_fuzz_log.py), long: FUZZ_EXAMPLES cases (5000 by default,
+# about 10 minutes on a 2-core machine) drawn from DELTA_FUZZ_SEED (a new seed each run unless set; it is printed, and a
+# failure prints it again with the case). `make test` runs the same test derandomized with 300 cases.
+# Rerun a failure with `make fuzz DELTA_FUZZ_SEED=<seed> FUZZ_EXAMPLES=<n>`.
+FUZZ_EXAMPLES ?= 5000
+fuzz: sync
+	@seed=$${DELTA_FUZZ_SEED:-$$(date +%s)}; \
+	echo "[fuzz] DELTA_FUZZ_SEED=$$seed DELTA_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)"; \
+	DELTA_FUZZ_SEED=$$seed DELTA_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	  $(UV_RUN) pytest tests/log/test_fuzz_log.py -q --hypothesis-show-statistics $(PYTEST_ARGS)
 
 sync: uv
 	$(UV) --version

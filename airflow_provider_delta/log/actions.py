@@ -12,6 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from .action_values import INT32_MAX, int_field, str_field, string_map, strings_field
+from .errors import shown
+
 
 @dataclass(frozen=True)
 class Format:
@@ -30,12 +33,11 @@ class Protocol:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Protocol:
-        rf, wf = d.get("readerFeatures"), d.get("writerFeatures")
         return cls(
-            int(d["minReaderVersion"]),
-            int(d["minWriterVersion"]),
-            None if rf is None else tuple(rf),
-            None if wf is None else tuple(wf),
+            int_field(d, "minReaderVersion", "protocol", lo=1, hi=INT32_MAX),
+            int_field(d, "minWriterVersion", "protocol", lo=1, hi=INT32_MAX),
+            strings_field(d, "readerFeatures", "protocol"),
+            strings_field(d, "writerFeatures", "protocol"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -65,19 +67,22 @@ class Metadata:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Metadata:
-        for required in ("id", "schemaString"):
-            if not isinstance(d.get(required), str):
-                raise ValueError(f"metaData.{required} is missing or null")
-        fmt = d.get("format") or {}
+        fmt = d.get("format")
+        if fmt is not None and not isinstance(fmt, dict):
+            raise ValueError(f"metaData.format must be an object, not {shown(fmt)}")
+        fmt = fmt or {}
+        provider = fmt.get("provider")
+        if provider is not None and not isinstance(provider, str):
+            raise ValueError(f"metaData.format.provider must be a string, not {shown(provider)}")
         return cls(
-            id=d["id"],
-            schema_string=d["schemaString"],
-            partition_columns=tuple(d.get("partitionColumns") or ()),
-            configuration={k: v for k, v in (d.get("configuration") or {}).items()},
-            format=Format(fmt.get("provider") or "parquet", dict(fmt.get("options") or {})),
-            name=d.get("name"),
-            description=d.get("description"),
-            created_time=d.get("createdTime"),
+            id=str_field(d, "id", "metaData"),
+            schema_string=str_field(d, "schemaString", "metaData"),
+            partition_columns=strings_field(d, "partitionColumns", "metaData") or (),
+            configuration=string_map(d.get("configuration"), "metaData.configuration"),
+            format=Format(provider or "parquet", string_map(fmt.get("options"), "metaData.format.options")),
+            name=str_field(d, "name", "metaData", required=False),
+            description=str_field(d, "description", "metaData", required=False),
+            created_time=int_field(d, "createdTime", "metaData", required=False),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -110,6 +115,14 @@ class SetTransaction:
     version: int
     last_updated: int | None = None
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SetTransaction:
+        return cls(
+            str_field(d, "appId", "txn"),
+            int_field(d, "version", "txn"),
+            int_field(d, "lastUpdated", "txn", required=False),
+        )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"appId": self.app_id, "version": self.version}
         if self.last_updated is not None:
@@ -123,8 +136,36 @@ class DomainMetadata:
     configuration: str
     removed: bool = False
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DomainMetadata:
+        removed = d.get("removed")
+        if removed is not None and not isinstance(removed, bool):
+            raise ValueError(f"domainMetadata.removed must be true or false, not {shown(removed)}")
+        return cls(
+            str_field(d, "domain", "domainMetadata"),
+            str_field(d, "configuration", "domainMetadata", required=False) or "",
+            bool(removed),
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {"domain": self.domain, "configuration": self.configuration, "removed": self.removed}
+
+
+def check_commit_info(d: dict[str, Any]) -> None:
+    """The fields of ``commitInfo`` the core interprets have the types it needs (the rest is free-form):
+    ``inCommitTimestamp`` ("In-Commit Timestamps"), ``timestamp``, ``operation`` and
+    ``operationParameters`` (history, conflicts, tailing, and a concurrent VACUUM's cut-off)."""
+    int_field(d, "inCommitTimestamp", "commitInfo", required=False)
+    int_field(d, "timestamp", "commitInfo", required=False)
+    str_field(d, "operation", "commitInfo", required=False)
+    params = d.get("operationParameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"commitInfo.operationParameters must be an object, not {shown(params)}")
+
+
+def check_sidecar(d: dict[str, Any]) -> None:
+    """A ``sidecar`` action names a file ("Sidecar File Information"): its path must be a string."""
+    str_field(d, "path", "sidecar")
 
 
 # -- Arrow shapes ---------------------------------------------------------------------------------------

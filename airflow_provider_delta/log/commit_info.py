@@ -50,5 +50,5 @@ def vacuum_cutoff(info: dict[str, Any] | None) -> int | None:
     retention = params.get("specifiedRetentionMillis", params.get("defaultRetentionMillis"))
     try:
         return int(info["timestamp"]) - int(retention if retention is not None else 0)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite retention
         return None

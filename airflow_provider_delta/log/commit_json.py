@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,10 +20,31 @@ import pyarrow.json as pj
 
 from .actions import MAP_FIELDS
 from .arrow_utils import conform, decode_uri_paths, struct_to_map
-from .errors import CorruptLogError
+from .errors import CorruptLogError, shown
 
 if TYPE_CHECKING:
     from .replay import Actions
+
+
+# Actions of the spec ("Actions") other than add/remove; a line naming one must hold an object. Others are
+# ignored whatever they hold (readers must ignore unknown actions, "Protocol Evolution").
+_KNOWN_ACTIONS = frozenset(
+    {"protocol", "metaData", "txn", "domainMetadata", "commitInfo", "sidecar", "checkpointMetadata", "cdc"}
+)
+
+
+# JSON may escape a lone UTF-16 surrogate ("\ud800"), which Python's parser keeps as a character no
+# UTF-8 encoder accepts; a pair ("\ud83d\ude00") is one character and fine. Only lines with such an
+# escape are checked.
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _is_text(obj: Any) -> bool:
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @functools.cache
@@ -48,9 +70,14 @@ def _file_actions_from_json(
         retyped = _string_keyed_maps(raw, schema, kind)
         if retyped is not None:
             raw = _read_json(buf, retyped, kind, infer)
-        return _normalise_file_struct(raw, target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
-        # Either a malformed line (named below) or values Arrow could not type uniformly: parse in Python.
+        arr = _normalise_file_struct(raw, target)
+        # Arrow's JSON reader does not check that strings are UTF-8 (Python's parser does, and names the
+        # line): a full validation is a fast pass over the batch's bytes.
+        arr.validate(full=True)
+        return arr
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError):
+        # A malformed line (named below), values Arrow could not type uniformly, or bytes that are not
+        # UTF-8 (a UnicodeDecodeError, from a map key Arrow took as a field name): parse in Python.
         return _file_actions_from_python(lines, kind, where, target)
 
 
@@ -101,22 +128,31 @@ def _normalise_file_struct(raw: pa.StructArray, target: pa.StructType) -> pa.Arr
 def _file_actions_from_python(
     lines: list[bytes], kind: str, where: list[tuple[str, int]], target: pa.StructType
 ) -> pa.Array:
+    """The slow path, for a batch Arrow refused: each line parsed by Python, the first bad one named."""
     bodies = []
     for line, (path, lineno) in zip(lines, where, strict=True):
         try:
             body = json.loads(line)[kind]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CorruptLogError(f"malformed {kind} action: {exc}", path=path, line=lineno) from None
+        if not isinstance(body, dict):
+            raise CorruptLogError(f"{kind} must be a JSON object, not {shown(body)}", path=path, line=lineno)
         for name in MAP_FIELDS:
             if isinstance(body.get(name), dict):
                 body[name] = {k: (None if v is None else _as_str(v)) for k, v in body[name].items()}
         bodies.append(body)
     try:
         return pa.array(bodies, type=target)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-        raise CorruptLogError(
-            f"{kind} actions with values of the wrong type: {exc}", path=where[0][0]
-        ) from None
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass  # find the line below; UnicodeEncodeError (a lone surrogate) is a ValueError
+    for body, (path, lineno) in zip(bodies, where, strict=True):
+        try:
+            pa.array([body], type=target)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise CorruptLogError(
+                f"{kind} action with a value of the wrong type or out of range: {exc}", path=path, line=lineno
+            ) from None
+    raise CorruptLogError(f"{kind} actions that Arrow cannot read together", path=where[0][0])
 
 
 def _as_str(v: Any) -> str:
@@ -146,21 +182,31 @@ def parse_json_actions(acc: Actions, chunks: list[tuple[int, str, bytes]]) -> No
             if kind is None:
                 try:
                     obj = json.loads(line)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
                     raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
                 if not isinstance(obj, dict):
                     raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+                if _ESCAPED_SURROGATE.search(line) and not _is_text(obj):
+                    raise CorruptLogError(
+                        "a string holds a lone UTF-16 surrogate escape (\\udXXX), which is not text",
+                        path=path,
+                        line=lineno,
+                    )
                 for name, body in obj.items():
                     if name in ("add", "remove"):
                         # unusual spacing: re-serialise so the Arrow batch parses it with the rest
                         kind, line = name, json.dumps({name: body}).encode()
                     elif isinstance(body, dict):
                         try:
-                            acc.apply_small(name, body, version)
-                        except (KeyError, TypeError, ValueError) as exc:
+                            acc.apply_small(name, body, version, (path, lineno))
+                        except ValueError as exc:
                             raise CorruptLogError(
-                                f"{name} action is missing a required field: {exc}", path=path, line=lineno
+                                f"invalid {name} action: {exc}", path=path, line=lineno
                             ) from None
+                    elif body is not None and name in _KNOWN_ACTIONS:
+                        raise CorruptLogError(
+                            f"{name} must be a JSON object, not {shown(body)}", path=path, line=lineno
+                        )
                 if kind is None:
                     continue
             lines, versions, where = file_lines[kind]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from .actions import SetTransaction, check_commit_info
 from .commit_info import vacuum_cutoff
 from .errors import (
     ConcurrentAppendError,
@@ -26,6 +27,7 @@ from .errors import (
     InvalidCommitError,
     MetadataChangedError,
     ProtocolChangedError,
+    shown,
 )
 
 ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
@@ -65,20 +67,33 @@ class WinningCommit:
 
     @classmethod
     def parse(cls, version: int, data: bytes, *, path: str) -> WinningCommit:
+        """Read a commit that won a race; a line a reader could not interpret names its file and line."""
         win = cls(version)
         for lineno, line in enumerate(data.split(b"\n"), start=1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
                 raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
+            if not isinstance(obj, dict):
+                raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
             for name, body in obj.items():
-                win._take(name, body)
+                if body is None:
+                    continue
+                try:
+                    win._take(name, body)
+                except ValueError as exc:
+                    raise CorruptLogError(f"invalid {name} action: {exc}", path=path, line=lineno) from None
         return win
 
     def _take(self, name: str, body: Any) -> None:
+        if name in _FILE_ACTIONS:
+            _check_file_action(name, body)
+        elif name in ("commitInfo", "txn") and not isinstance(body, dict):
+            raise ValueError(f"{name} must be a JSON object, not {shown(body)}")
         if name == "commitInfo":
+            check_commit_info(body)
             self.operation = body.get("operation")
             self.txn_id = body.get("txnId")
             self.blind_append = bool(body.get("isBlindAppend"))
@@ -92,7 +107,20 @@ class WinningCommit:
         elif name == "remove":  # dataChange=false too: a compaction removes what others read
             self.removed[unquote(body["path"])] = body.get("partitionValues")
         elif name == "txn":
-            self.app_ids[body["appId"]] = int(body["version"])
+            txn = SetTransaction.from_json(body)
+            self.app_ids[txn.app_id] = txn.version
+
+
+_FILE_ACTIONS = ("add", "remove")
+
+
+def _check_file_action(name: str, body: Any) -> None:
+    """What conflict detection reads of a file action: its path and partition values."""
+    if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+        raise ValueError(f"{name} must be a JSON object with a string path, not {shown(body)}")
+    values = body.get("partitionValues")
+    if values is not None and not isinstance(values, dict):
+        raise ValueError(f"{name}.partitionValues must be an object, not {shown(values)}")
 
 
 @dataclass

@@ -6,6 +6,15 @@ They all derive from :class:`DeltaError` so callers (operators, sensors) can cat
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+
+def shown(value: Any) -> str:
+    """A value read from the log as an error message quotes it: JSON, ASCII, cut short."""
+    text = json.dumps(value, ensure_ascii=True, default=repr)
+    return text if len(text) <= 80 else text[:77] + "..."
+
 
 class DeltaError(Exception):
     """Base class of every error raised by the transaction-log core."""

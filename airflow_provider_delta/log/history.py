@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .actions import check_commit_info
 from .errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from .segment import commit_name, commit_version
 from .storage import FileMeta, LogStore
@@ -37,12 +38,18 @@ def read_commit_info(store: LogStore, version: int, data: bytes | None = None) -
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         if b'"commitInfo"' not in line:
             continue
+        path = store.log_file(name)
         try:
             obj = json.loads(line)
-        except ValueError as exc:
-            raise CorruptLogError(f"malformed JSON: {exc}", path=store.log_file(name), line=lineno) from None
-        if isinstance(obj, dict) and isinstance(obj.get("commitInfo"), dict):
-            return obj["commitInfo"]
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
+        info = obj.get("commitInfo") if isinstance(obj, dict) else None
+        if isinstance(info, dict):
+            try:
+                check_commit_info(info)
+            except ValueError as exc:
+                raise CorruptLogError(f"invalid commitInfo: {exc}", path=path, line=lineno) from None
+            return info
     return None
 
 

@@ -17,6 +17,10 @@ from urllib.parse import quote
 log = logging.getLogger(__name__)
 
 LAST_CHECKPOINT = "_last_checkpoint"
+_INT64_MAX = 2**63 - 1
+# Optional integer fields: a reader does not need them, but a pointer whose numbers are of the wrong type
+# or out of range was not written by a conforming writer and is not trusted for its version either.
+_OPTIONAL_COUNTS = ("size", "parts", "sizeInBytes", "numOfAddFiles")
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,10 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT64_MAX
+
+
 def parse_last_checkpoint(data: bytes, *, where: str = LAST_CHECKPOINT) -> LastCheckpoint | None:
     """Parse and validate; ``None`` (with a warning) when the file cannot be trusted.
 
@@ -108,14 +116,23 @@ def parse_last_checkpoint(data: bytes, *, where: str = LAST_CHECKPOINT) -> LastC
     """
     try:
         obj = json.loads(data, object_pairs_hook=_no_duplicates)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
         version = obj["version"]
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise ValueError(f"version {version!r} is not a non-negative integer")
-    except (ValueError, KeyError, TypeError) as exc:
+        if not _is_count(version):
+            raise ValueError(f"version {version!r} is not an integer from 0 to 2^63-1")
+        for key in _OPTIONAL_COUNTS:
+            if obj.get(key) is not None and not _is_count(obj[key]):
+                raise ValueError(f"{key} {obj[key]!r} is not an integer from 0 to 2^63-1")
+        checksum = obj.get("checksum")
+        if checksum is not None and not isinstance(checksum, str):
+            raise ValueError(f"checksum {checksum!r} is not a string")
+        matches = checksum is None or checksum == json_checksum(obj)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        # UnicodeDecodeError and JSONDecodeError are ValueErrors; RecursionError for absurd nesting.
         log.warning("ignoring unreadable %s: %s", where, exc)
         return None
-    checksum = obj.get("checksum")
-    if checksum is not None and checksum != json_checksum(obj):
+    if not matches:
         log.warning("ignoring %s: checksum %s does not match its content", where, checksum)
         return None
     return LastCheckpoint(

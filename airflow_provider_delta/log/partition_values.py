@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schema import decimal_params, delta_type_to_arrow
+from .errors import CorruptLogError
+from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_partition_names
 
 if TYPE_CHECKING:
     from .actions import Metadata
@@ -194,13 +195,38 @@ def serialize_partition_value(value: Any, delta_type: str) -> str | None:
 
 def typed_partition_values(metadata: Metadata, files: pa.Table) -> pa.Table:
     """Typed partition values of ``files`` (rows of AddFile), one column per partition column, by logical
-    name; values are looked up by physical name under column mapping."""
-    from .schema import column_mapping_mode, physical_partition_names
+    name; values are looked up by physical name under column mapping.
 
+    A value that does not parse for its column's type raises ``CorruptLogError`` naming the data file (as
+    the log records it) and the value: the log holds an ``add`` no writer should have written.
+    """
     schema = metadata.schema
     columns = list(metadata.partition_columns)
     physical = physical_partition_names(schema, columns, column_mapping_mode(metadata.configuration))
-    types = {f["name"]: f["type"] for f in schema["fields"]}
+    by_lower = {f["name"].lower(): f["type"] for f in schema["fields"]}
     raw = files.column("partitionValues")
-    typed = {c: parse_partition_values(pc.map_lookup(raw, physical[c], "first"), types[c]) for c in columns}
+    typed = {}
+    for c in columns:
+        values = pc.map_lookup(raw, physical[c], "first")
+        try:
+            typed[c] = parse_partition_values(values, by_lower[c.lower()])
+        except (ValueError, OverflowError) as exc:
+            raise _bad_value(files, values, c, by_lower[c.lower()], exc) from None
     return pa.table(typed) if typed else pa.table({}).slice(0, 0)
+
+
+def _bad_value(
+    files: pa.Table, values: pa.Array, column: str, delta_type: str, exc: Exception
+) -> CorruptLogError:
+    """The error for the first file whose value fails (a Python loop, but only once something failed)."""
+    for i, value in enumerate(values.to_pylist()):
+        try:
+            parse_partition_value(value, delta_type)
+        except (ValueError, OverflowError):
+            path = files.column("path")[i].as_py()
+            return CorruptLogError(
+                f"the add action of a data file has partition value {value!r} for column {column!r}, "
+                f"which is not a valid {delta_type}",
+                path=path,
+            )
+    return CorruptLogError(f"partition values of column {column!r} are not valid {delta_type}: {exc}")

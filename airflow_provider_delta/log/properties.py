@@ -29,6 +29,17 @@ ICT_ENABLEMENT_VERSION = "delta.inCommitTimestampEnablementVersion"
 ICT_ENABLEMENT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
 APPEND_ONLY = "delta.appendOnly"
 
+# Integer properties the core reads, with the least value that makes sense (-1: "all columns").
+INTEGER_PROPERTIES = {
+    CHECKPOINT_INTERVAL: -(2**31),  # 0 or less: no automatic checkpoints
+    ICT_ENABLEMENT_VERSION: 0,
+    ICT_ENABLEMENT_TIMESTAMP: 0,
+    "delta.dataSkippingNumIndexedCols": -1,
+    "delta.checkpoint.partSize": 1,
+    "delta.columnMapping.maxColumnId": 0,
+}
+INTERVAL_PROPERTIES = (DELETED_FILE_RETENTION, LOG_RETENTION, SET_TRANSACTION_RETENTION)
+
 DEFAULTS = {
     DELETED_FILE_RETENTION: "interval 1 week",
     LOG_RETENTION: "interval 30 days",
@@ -76,3 +87,30 @@ def ict_enablement_version(configuration: Mapping[str, str]) -> int | None:
     if not bool_property(configuration, ENABLE_IN_COMMIT_TIMESTAMPS):
         return None
     return int(configuration.get(ICT_ENABLEMENT_VERSION, "0"))
+
+
+def check_properties(configuration: Mapping[str, str]) -> None:
+    """Raise ``ValueError`` naming the first property the core interprets whose value it cannot use.
+
+    Checked when a table's metadata is read, so that a bad value is reported there, with the file it came
+    from, rather than by whichever operation happens to use it first (a checkpoint, VACUUM, log cleanup).
+    """
+    for key in INTERVAL_PROPERTIES:
+        if key in configuration:
+            try:
+                ms = parse_interval_ms(configuration[key])
+            except ValueError as exc:
+                raise ValueError(f"table property {key}: {exc}") from None
+            # Delta Spark refuses negative intervals; the bound keeps "now - retention" a 64-bit number.
+            if not 0 <= ms < 2**62:
+                raise ValueError(f"table property {key}={configuration[key]!r} is out of range")
+    for key, least in INTEGER_PROPERTIES.items():
+        value = configuration.get(key)
+        if value is None:
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or not least <= number < 2**63:
+            raise ValueError(f"table property {key}={value!r} is not an integer of at least {least}")

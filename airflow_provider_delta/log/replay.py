@@ -28,10 +28,14 @@ from .actions import (
     Metadata,
     Protocol,
     SetTransaction,
+    check_commit_info,
+    check_sidecar,
 )
 from .arrow_utils import conform
 from .commit_json import parse_json_actions, struct_to_table
 from .errors import CorruptLogError
+from .properties import check_properties
+from .schema import check_partition_columns, column_mapping_mode, parse_schema_string
 from .segment import LogSegment
 from .storage import FileMeta, LogStore
 
@@ -43,11 +47,17 @@ class CheckpointReadError(Exception):
     """A checkpoint file could not be read; the snapshot falls back to an older checkpoint or JSON."""
 
 
+# Where an action was read: the file, and the line for JSON (``None`` for a checkpoint's Parquet rows).
+Origin = tuple[str, int | None]
+
+
 @dataclass
 class Actions:
     """Actions gathered in replay order: files as Arrow, small actions as Python objects.
 
     ``fields`` says which fields of file actions are kept; ``adds``/``removes`` hold only those.
+    ``protocol_origin``/``metadata_origin`` say where the latest protocol and metaData were read, so that
+    a value found wrong when the snapshot is built is reported at its file and line.
     """
 
     adds: list[pa.Table] = field(default_factory=list)  # each with the kept ADD columns + "_version"
@@ -59,23 +69,30 @@ class Actions:
     commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
     sidecars: list[str] = field(default_factory=list)
     fields: FileFields = ALL_FILE_FIELDS
+    protocol_origin: Origin | None = None
+    metadata_origin: Origin | None = None
 
-    def apply_small(self, name: str, body: Any, version: int) -> None:
-        """Latest wins for protocol, metaData, txn per appId and domain ("Action Reconciliation")."""
+    def apply_small(self, name: str, body: dict[str, Any], version: int, origin: Origin) -> None:
+        """Latest wins for protocol, metaData, txn per appId and domain ("Action Reconciliation").
+
+        Each action is checked against the spec's field types as it is read: a ``ValueError`` names the
+        action and field, and the caller adds the file and line.
+        """
         if name == "protocol":
-            self.protocol = Protocol.from_json(body)
+            self.protocol, self.protocol_origin = Protocol.from_json(body), origin
         elif name == "metaData":
-            self.metadata = Metadata.from_json(body)
+            self.metadata, self.metadata_origin = Metadata.from_json(body), origin
         elif name == "txn":
-            self.txns[body["appId"]] = SetTransaction(
-                body["appId"], int(body["version"]), body.get("lastUpdated")
-            )
+            txn = SetTransaction.from_json(body)
+            self.txns[txn.app_id] = txn
         elif name == "domainMetadata":
-            dm = DomainMetadata(body["domain"], body.get("configuration") or "", bool(body.get("removed")))
+            dm = DomainMetadata.from_json(body)
             self.domains[dm.domain] = dm
         elif name == "commitInfo":
+            check_commit_info(body)
             self.commit_infos[version] = body
         elif name == "sidecar":
+            check_sidecar(body)
             self.sidecars.append(body["path"])
 
 
@@ -118,7 +135,7 @@ def _read_parquet(
         # keeps 10-15 MiB after it. A full read keeps them: its stats columns are worth decoding in parallel.
         threads = acc.fields.complete
         for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=threads):
-            apply_checkpoint_batch(acc, batch, version, touched)
+            apply_checkpoint_batch(acc, batch, version, touched, path)
     except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
         raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
 
@@ -139,7 +156,7 @@ def _projected_columns(schema: pa.Schema, wanted: tuple[str, ...], fields: FileF
 
 
 def apply_checkpoint_batch(
-    acc: Actions, batch: pa.RecordBatch, version: int, touched: pa.Array | None
+    acc: Actions, batch: pa.RecordBatch, version: int, touched: pa.Array | None, path: str = "checkpoint"
 ) -> None:
     names = batch.schema.names
     for name in ("protocol", "metaData", "txn", "domainMetadata", "sidecar"):
@@ -147,10 +164,12 @@ def apply_checkpoint_batch(
             col = batch.column(name)
             if col.null_count < len(col):
                 for body in col.filter(col.is_valid()).to_pylist(maps_as_pydicts="lossy"):
+                    if not isinstance(body, dict):
+                        raise CheckpointReadError(f"{path}: the {name} column is not a struct")
                     try:
-                        acc.apply_small(name, body, version)
-                    except (KeyError, TypeError, ValueError) as exc:
-                        raise CheckpointReadError(f"checkpoint {name} action is invalid: {exc}") from exc
+                        acc.apply_small(name, body, version, (path, None))
+                    except ValueError as exc:
+                        raise CheckpointReadError(f"{path}: {exc}") from exc
     targets = (("add", acc.fields.add_type, acc.adds), ("remove", acc.fields.remove_type, acc.removes))
     for name, target, bucket in targets:
         if name not in names:
@@ -159,11 +178,28 @@ def apply_checkpoint_batch(
         if col.null_count == len(col):
             continue
         # conform() also reshapes what legacy writers stored (maps as structs, missing fields).
-        table = struct_to_table(conform(col.filter(col.is_valid()), target))
+        actions = conform(col.filter(col.is_valid()), target)
+        _check_utf8(actions, name, path)
+        table = struct_to_table(actions)
         if touched is not None:
             table = _drop_keys(table, touched)
         if table.num_rows:
             bucket.append(table)
+
+
+# Parquet readers do not check that strings are UTF-8; these fields are the ones turned into Python strings
+# (paths, partition values) and must not fail later, in whatever reads them. The rest (stats above all,
+# most of a checkpoint's bytes) is left unchecked to keep the read fast.
+_UTF8_CHECKED = ("path", "partitionValues")
+
+
+def _check_utf8(actions: pa.StructArray, kind: str, path: str) -> None:
+    for name in _UTF8_CHECKED:
+        if actions.type.get_field_index(name) >= 0:
+            try:
+                actions.field(name).validate(full=True)
+            except pa.ArrowInvalid as exc:
+                raise CheckpointReadError(f"{path}: {kind}.{name} is not valid UTF-8: {exc}") from None
 
 
 def read_checkpoint(
@@ -275,8 +311,24 @@ def _touched(adds: pa.Table, removes: pa.Table) -> pa.Array | None:
     return pa.concat_arrays([_keys(adds), _keys(removes)]).unique()
 
 
+def check_metadata(metadata: Metadata) -> None:
+    """Raise ``ValueError`` unless a reader can use ``metadata``: its schema, partition columns and the
+    table properties the core interprets. Only the metaData that wins is checked, as only it is used."""
+    schema = parse_schema_string(metadata.schema_string)
+    check_partition_columns(schema, metadata.partition_columns)
+    column_mapping_mode(metadata.configuration)
+    check_properties(metadata.configuration)
+
+
 def _merge(base: Actions, new: Actions, commit_adds: pa.Table, commit_removes: pa.Table) -> TableState:
     """``base`` (reconciled, without the keys the commits touch) overlaid with the commits' actions."""
+    if new.metadata is not None:
+        # Checked here, as the snapshot is built, with the file and line the winning metaData came from.
+        try:
+            check_metadata(new.metadata)
+        except ValueError as exc:
+            path, line = new.metadata_origin or (None, None)
+            raise CorruptLogError(f"invalid metaData: {exc}", path=path, line=line) from None
     win_adds, win_removes = reconcile(commit_adds, commit_removes)
     fields = base.fields
     files = _concat([*base.adds, win_adds.drop_columns(["_version"])], fields.add_type, versioned=False)
@@ -310,6 +362,14 @@ def replay(
     commit_removes = _concat(new.removes, fields.remove_type)
     base = Actions(fields=fields)
     read_checkpoint(base, store, segment, _touched(commit_adds, commit_removes))
+    if new.metadata is None and base.metadata is not None:
+        # The checkpoint's metaData wins: a bad one makes the checkpoint unreadable, so the snapshot falls
+        # back to an older checkpoint or the commits, as for any checkpoint that cannot be read.
+        try:
+            check_metadata(base.metadata)
+        except ValueError as exc:
+            where = base.metadata_origin[0] if base.metadata_origin else "checkpoint"
+            raise CheckpointReadError(f"invalid metaData in {where}: {exc}") from None
     return _merge(base, new, commit_adds, commit_removes)
 
 

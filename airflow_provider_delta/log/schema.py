@@ -15,6 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .errors import shown
+
 _PRIMITIVES: dict[str, pa.DataType] = {
     "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
     "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(), "binary": pa.binary(),
@@ -37,10 +39,16 @@ PARQUET_FIELD_ID = b"PARQUET:field_id"
 
 
 def parse_schema_string(schema_string: str) -> dict:
-    """Parse `metaData.schemaString`; refuse anything that is not a struct so callers fail at load time."""
+    """Parse `metaData.schemaString` and check its shape, so that callers fail at load time.
+
+    Refused: text that is not JSON, JSON that is not a struct, fields that are not objects with a string
+    name and a type, unknown types (also nested in arrays, maps and structs), and two fields of one struct
+    whose names differ only in case (Spark resolves column names case-insensitively, so it refuses them
+    too). The ``ValueError`` names the field.
+    """
     try:
         schema = json.loads(schema_string)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"schemaString is not valid JSON: {exc}") from exc
     if (
         not isinstance(schema, dict)
@@ -48,7 +56,86 @@ def parse_schema_string(schema_string: str) -> dict:
         or not isinstance(schema.get("fields"), list)
     ):
         raise ValueError(f"schemaString must encode a struct type, got: {str(schema_string)[:200]!r}")
+    _check_struct(schema, "")
     return schema
+
+
+def _check_struct(struct: dict, path: str) -> None:
+    fields = struct.get("fields")
+    if not isinstance(fields, list):
+        raise ValueError(f"struct {path or '<root>'} must have a list of fields, not {shown(fields)}")
+    seen: dict[str, str] = {}
+    for i, field in enumerate(fields):
+        if not isinstance(field, dict) or not isinstance(field.get("name"), str) or "type" not in field:
+            raise ValueError(
+                f"field #{i} of {path or 'the schema'} must be an object with a name and a type, "
+                f"not {shown(field)}"
+            )
+        name = field["name"]
+        where = f"{path}.{name}" if path else name
+        if name.lower() in seen:
+            raise ValueError(
+                f"duplicate column {where!r}: {seen[name.lower()]!r} differs only in case or not at all"
+            )
+        seen[name.lower()] = name
+        if not isinstance(field.get("nullable", True), bool):
+            raise ValueError(
+                f"column {where!r}: nullable must be true or false, not {shown(field['nullable'])}"
+            )
+        metadata = field.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise ValueError(f"column {where!r}: metadata must be an object, not {shown(metadata)}")
+        metadata = metadata or {}
+        if not isinstance(metadata.get(CM_PHYSICAL_NAME, ""), str) or not isinstance(
+            metadata.get(CM_NESTED_IDS, {}), dict
+        ):
+            raise ValueError(f"column {where!r}: malformed column mapping metadata {shown(metadata)}")
+        _check_type(field["type"], where)
+
+
+def _check_type(delta_type: Any, path: str) -> None:
+    if isinstance(delta_type, str):
+        try:
+            if delta_type in _PRIMITIVES or delta_type == "variant" or decimal_params(delta_type) is not None:
+                return
+        except ValueError as exc:  # a decimal beyond precision 38
+            raise ValueError(f"column {path!r}: {exc}") from None
+        raise ValueError(f"column {path!r} has the unknown type {delta_type!r}")
+    kind = delta_type.get("type") if isinstance(delta_type, dict) else None
+    if kind == "struct":
+        _check_struct(delta_type, path)
+    elif kind == "array" and "elementType" in delta_type:
+        _check_type(delta_type["elementType"], f"{path}.element")
+    elif kind == "map" and "keyType" in delta_type and "valueType" in delta_type:
+        _check_type(delta_type["keyType"], f"{path}.key")
+        _check_type(delta_type["valueType"], f"{path}.value")
+    else:
+        raise ValueError(f"column {path!r} has the unknown or malformed type {shown(delta_type)}")
+    for flag in ("containsNull", "valueContainsNull"):
+        if not isinstance(delta_type.get(flag, True), bool):
+            raise ValueError(f"column {path!r}: {flag} must be true or false")
+
+
+# Types a partition value can be serialised for ("Partition Value Serialization"), decimals aside.
+_PARTITION_TYPES = frozenset(
+    {"string", "binary", "boolean", "byte", "short", "integer", "long", "float", "double", "date",
+     "timestamp", "timestamp_ntz"}
+)  # fmt: skip
+
+
+def check_partition_columns(schema: dict, partition_columns: Sequence[str]) -> None:
+    """Every partition column is a top-level column of a type partition values can hold ("Partition
+    Value Serialization"); names resolve case-insensitively, as in Spark."""
+    by_lower = {field["name"].lower(): field for field in schema["fields"]}
+    for column in partition_columns:
+        field = by_lower.get(column.lower())
+        if field is None:
+            raise ValueError(f"partition column {column!r} is not in the table schema")
+        kind = field["type"]
+        if not isinstance(kind, str) or not (kind in _PARTITION_TYPES or decimal_params(kind)):
+            raise ValueError(
+                f"partition column {column!r} has type {shown(kind)}, which cannot be partitioned by"
+            )
 
 
 def decimal_params(name: str) -> tuple[int, int] | None:

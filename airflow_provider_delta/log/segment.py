@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import NoReturn
 
 from .errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint, parse_last_checkpoint
@@ -20,8 +21,17 @@ COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 CLASSIC_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 MULTI_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 V2_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
-# How far back each listing reaches when looking for a checkpoint before a time-travel target.
+# How far back the first listing reaches when looking for a checkpoint before a time-travel target.
 _BACKWARD_CHUNK = 1000
+# Versions are signed 64-bit integers in every Delta implementation (Delta Spark's and the kernels' longs).
+# A file named like a commit or checkpoint with a larger number cannot be part of any table's history: no
+# writer can produce it, and no reader could address it. Such a file is ignored, with a warning, like any
+# other stray file in ``_delta_log`` (a temporary file, a ``.crc``): refusing it would make an otherwise
+# valid table unreadable because of one foreign file, and counting it would make the table's latest
+# version a number no commit can follow. Versions within range are never ignored, however large: a commit
+# named 9,000,000,000,000,000,000 makes the log end there, and reading its latest version is a gap error.
+MAX_VERSION = 2**63 - 1
+_MAX_VERSION_DIGITS = f"{MAX_VERSION:020d}"
 
 
 @dataclass(frozen=True)
@@ -55,8 +65,31 @@ def commit_name(version: int) -> str:
 
 
 def commit_version(name: str) -> int | None:
+    """The version of a commit file's name; ``None`` for other files and for versions beyond int64."""
     m = COMMIT_RE.match(name)
-    return int(m.group(1)) if m else None
+    return _in_range(int(m.group(1))) if m else None
+
+
+def _in_range(version: int) -> int | None:
+    return version if version <= MAX_VERSION else None
+
+
+def _warn_out_of_range(store: LogStore, files: list[FileMeta]) -> None:
+    """Name the files ignored for a version beyond int64 (20 digits sort as the numbers they spell)."""
+    for f in files:
+        digits = f.name[:20]
+        if (
+            digits > _MAX_VERSION_DIGITS
+            and digits.isdigit()
+            and (COMMIT_RE.match(f.name) or _is_checkpoint(f))
+        ):
+            log.warning(
+                "ignoring %s: its version is beyond the largest a Delta log can hold", store.log_file(f.name)
+            )
+
+
+def _is_checkpoint(f: FileMeta) -> bool:
+    return bool(CLASSIC_RE.match(f.name) or V2_RE.match(f.name) or MULTI_RE.match(f.name))
 
 
 def group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
@@ -64,12 +97,15 @@ def group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
     parts: dict[tuple[int, int], dict[int, FileMeta]] = {}
     found: dict[int, list[Checkpoint]] = {}
     for f in files:
-        if m := CLASSIC_RE.match(f.name):
-            found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "classic", (f,)))
-        elif m := V2_RE.match(f.name):
-            found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "v2", (f,)))
-        elif m := MULTI_RE.match(f.name):
-            version, part, total = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        m = CLASSIC_RE.match(f.name) or V2_RE.match(f.name) or MULTI_RE.match(f.name)
+        if m is None or (version := _in_range(int(m.group(1)))) is None:
+            continue
+        if m.re is CLASSIC_RE:
+            found.setdefault(version, []).append(Checkpoint(version, "classic", (f,)))
+        elif m.re is V2_RE:
+            found.setdefault(version, []).append(Checkpoint(version, "v2", (f,)))
+        else:
+            part, total = int(m.group(2)), int(m.group(3))
             parts.setdefault((version, total), {})[part] = f
     for (version, total), got in parts.items():
         if len(got) == total and set(got) == set(range(1, total + 1)):
@@ -107,21 +143,26 @@ class SegmentBuilder:
         self.store = store
 
     def build(self, version: int | None = None, exclude: frozenset[int] = frozenset()) -> LogSegment:
+        if version is not None and not 0 <= version <= MAX_VERSION:
+            raise VersionNotFoundError(f"version {version} does not exist in {self.store.uri}")
         hint = read_last_checkpoint(self.store)
         start = 0
         if hint is not None and hint.version not in exclude and (version is None or hint.version <= version):
             start = hint.version
         elif version is not None:
             start = max(0, version - _BACKWARD_CHUNK)
-        while True:
-            files = self.store.list_log(start)
-            segment = self._select(files, version, exclude, start)
-            if segment is not None:
-                return segment
-            if start == 0:
-                self._raise_unreconstructable(files, version)
-            # The hint was stale or pointed at a checkpoint that is missing: list further back.
-            start = max(0, start - _BACKWARD_CHUNK) if hint is None or start != hint.version else 0
+        files = self.store.list_log(start)
+        _warn_out_of_range(self.store, files)
+        segment = self._select(files, version, exclude, start)
+        if segment is None and start > 0:
+            # The hint was stale, or no checkpoint lies in the window: list the whole log, once. Stepping
+            # back window by window would cost a listing per window, and a number of windows proportional
+            # to the version asked for (or named by a stray file), not to the files there are.
+            files = self.store.list_log(0)
+            segment = self._select(files, version, exclude, 0)
+        if segment is None:
+            self._raise_unreconstructable(files, version)
+        return segment
 
     def _select(
         self, files: list[FileMeta], version: int | None, exclude: frozenset[int], start: int
@@ -142,19 +183,23 @@ class SegmentBuilder:
         first_commit = cp.version + 1 if cp else 0
         if cp is None and start > 0:
             return None  # no checkpoint in this window: the commits before `start` are needed too
-        needed = range(first_commit, target + 1)
-        missing = [v for v in needed if v not in commits]
-        if missing:
-            if cp is None and missing[0] == 0:
+        # Walk the listed versions, never the range first_commit..target: that range may be astronomically
+        # long (a stray commit named 9,000,000,000,000,000,000), the listing is not.
+        needed = sorted(v for v in commits if first_commit <= v <= target)
+        missing = next((want for want, got in enumerate(needed, first_commit) if want != got), None)
+        if missing is None and (needed[-1] if needed else first_commit - 1) != target:
+            missing = len(needed) + first_commit
+        if missing is not None:
+            if cp is None and missing == 0:
                 return None  # the log starts after 0 with no checkpoint: not reconstructable from here
             raise CorruptLogError(
-                f"the log has a gap: commit {missing[0]} is missing between "
+                f"the log has a gap: commit {missing} is missing between "
                 f"{first_commit - 1} and {target}; the table cannot be read at version {target}",
-                path=self.store.log_file(commit_name(missing[0])),
+                path=self.store.log_file(commit_name(missing)),
             )
         return LogSegment(target, cp, tuple(commits[v] for v in needed))
 
-    def _raise_unreconstructable(self, files: list[FileMeta], version: int | None) -> None:
+    def _raise_unreconstructable(self, files: list[FileMeta], version: int | None) -> NoReturn:
         commits = sorted(v for f in files if (v := commit_version(f.name)) is not None)
         if not commits and not group_checkpoints(files):
             raise TableNotFoundError(

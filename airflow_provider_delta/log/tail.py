@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .actions import check_commit_info
+from .errors import CorruptLogError, shown
 from .segment import commit_name, commit_version
 
 if TYPE_CHECKING:
@@ -56,24 +58,47 @@ def commits_after(table: DeltaTable, version: int, *, classify: bool = False) ->
     versions = list(range(version + 1, latest + 1))
     if not classify:
         return NewCommits(version, latest, tuple(versions))
-    datas = table.store.read_log_files(commit_name(v) for v in versions)
-    changed = tuple(v for v, data in zip(versions, datas, strict=True) if _changes_data(data))
+    store = table.store
+    datas = store.read_log_files(commit_name(v) for v in versions)
+    changed = tuple(
+        v
+        for v, data in zip(versions, datas, strict=True)
+        if _changes_data(data, path=store.log_file(commit_name(v)))
+    )
     return NewCommits(version, latest, changed)
 
 
-def _changes_data(data: bytes) -> bool:
-    """Whether a commit adds or removes data: an add or remove with ``dataChange`` true (the default)."""
+def _changes_data(data: bytes, *, path: str) -> bool:
+    """Whether a commit adds or removes data: an add or remove with ``dataChange`` true (the default).
+
+    A line that is not an action (broken JSON, a non-object action) names its file and line.
+    """
     operation = None
     file_change = False
-    for line in data.split(b"\n"):
+    for lineno, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
-        obj = json.loads(line)
-        if "commitInfo" in obj:
-            operation = (obj["commitInfo"] or {}).get("operation")
-        for name in ("add", "remove"):
-            body = obj.get(name)
-            file_change = file_change or (body is not None and body.get("dataChange", True))
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
+        if not isinstance(obj, dict):
+            raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+        for name, body in obj.items():
+            if name not in ("commitInfo", "add", "remove") or body is None:
+                continue
+            if not isinstance(body, dict):
+                raise CorruptLogError(
+                    f"{name} must be a JSON object, not {shown(body)}", path=path, line=lineno
+                )
+            if name == "commitInfo":
+                try:
+                    check_commit_info(body)
+                except ValueError as exc:
+                    raise CorruptLogError(f"invalid commitInfo: {exc}", path=path, line=lineno) from None
+                operation = body.get("operation")
+            else:
+                file_change = file_change or bool(body.get("dataChange", True))
     return file_change and operation not in _NO_DATA_OPERATIONS
 
 
@@ -156,5 +181,7 @@ def observe(table: DeltaTable, condition: VersionCondition, cursor: int | None) 
 def _newer(table: DeltaTable, condition: VersionCondition, start: int, latest: int) -> Observation:
     if not condition.data_changes_only:
         return Observation(True, latest)
-    datas = table.store.read_log_files(commit_name(v) for v in range(start + 1, latest + 1))
-    return Observation(any(_changes_data(d) for d in datas), latest)
+    versions = range(start + 1, latest + 1)
+    datas = table.store.read_log_files(commit_name(v) for v in versions)
+    paths = (table.store.log_file(commit_name(v)) for v in versions)
+    return Observation(any(_changes_data(d, path=p) for d, p in zip(datas, paths, strict=True)), latest)

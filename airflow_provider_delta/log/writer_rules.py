@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .errors import InvalidCommitError
 from .properties import APPEND_ONLY, bool_property
 from .protocol import check_write_supported
+from .replay import check_metadata
 from .schema import column_mapping_mode, physical_partition_names
 
 if TYPE_CHECKING:
@@ -32,6 +33,13 @@ def validate_commit(txn: Transaction) -> None:
     where = f"table {txn.table.uri}"
     if metadata is None or protocol is None:
         raise InvalidCommitError(f"the first commit of {where} must set both protocol and metaData")
+    if txn.metadata is not None:
+        try:  # what readers check when they load the table: never commit metaData they would refuse
+            check_metadata(txn.metadata)
+        except ValueError as exc:
+            raise InvalidCommitError(
+                f"{where}: the new metaData would make the table unreadable: {exc}"
+            ) from None
     schema = metadata.schema
     check_write_supported(protocol, uses_identity=_uses(schema, "delta.identity."), where=where)
     if snap is not None and txn.protocol is not None:
