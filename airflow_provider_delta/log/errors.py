@@ -96,5 +96,34 @@ class ConcurrentTransactionError(ConcurrentModificationError):
     """A concurrent commit recorded progress for an application id this transaction depends on."""
 
 
+class StaleSnapshotError(ConcurrentModificationError):
+    """Log cleanup removed commits this transaction read or must be checked against, so it cannot be
+    committed where it would be seen; nothing of it is in the table.
+
+    Raised when a transaction stayed open longer than the table's ``delta.logRetentionDuration`` (or a
+    cleanup ran with a shorter retention) and the commit cannot be replayed on the latest snapshot: re-read
+    the table and run the operation again.
+    """
+
+    def __init__(self, message: str, *, read_version: int | None, latest_version: int | None) -> None:
+        Exception.__init__(self, message)
+        self.read_version = read_version
+        self.latest_version = latest_version
+        self.winning_version = latest_version if latest_version is not None else -1
+        self.winning_operation = "log cleanup"
+
+
+class ConcurrentVacuumError(ConcurrentModificationError):
+    """A VACUUM that started concurrently may delete data files this transaction adds (they are older than
+    its retention and were not referenced when it listed them); nothing of the transaction is in the table.
+    Write the files again and retry."""
+
+
+class CommitOutcomeUnknownError(DeltaError):
+    """A commit file was written but whether readers see it cannot be established (log cleanup and a new
+    checkpoint raced it and the checkpoint could not be read). Retrying is safe only for idempotent
+    (app transaction) writes; inspect the table's app transactions or files first otherwise."""
+
+
 class RetentionTooShortError(DeltaError):
     """VACUUM was asked for a retention shorter than the table's ``delta.deletedFileRetentionDuration``."""

@@ -20,14 +20,25 @@ from typing import TYPE_CHECKING, Any
 from . import __version__ as _core_version
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts, table_isolation
-from .errors import CommitFailedError, ConcurrentTransactionError, DeltaError
+from .errors import (
+    CommitFailedError,
+    CommitOutcomeUnknownError,
+    ConcurrentTransactionError,
+    DeltaError,
+    InvalidCommitError,
+    MetadataChangedError,
+    ProtocolChangedError,
+    StaleSnapshotError,
+)
 from .properties import CHECKPOINT_INTERVAL, ict_enablement_version
+from .replay import TableState
 from .segment import commit_name, commit_version
+from .snapshot import Snapshot, load_snapshot
 from .storage import put_if_absent
+from .visibility import base_present, check_visible
 from .writer_rules import validate_commit
 
 if TYPE_CHECKING:
-    from .snapshot import Snapshot
     from .table import DeltaTable
 
 log = logging.getLogger(__name__)
@@ -81,6 +92,7 @@ class Transaction:
         self.read = ReadSet()
         self.constraints_checked = False
         self._committed = False
+        self._maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
 
     # -- building -----------------------------------------------------------------------------------------
     def add_files(self, files: Iterable[AddFile], *, constraints_checked: bool = False) -> Transaction:
@@ -162,7 +174,7 @@ class Transaction:
             data = self._serialise(
                 operation, operation_parameters, txn_id, ict, user_metadata, version, operation_metrics
             )
-            outcome = self._put(version, data, txn_id)
+            outcome, why = self._put(version, data, txn_id)
             if outcome == "ours":
                 self._committed = True
                 log.info("committed version %d of %s (%s)", version, self.table.uri, operation)
@@ -170,13 +182,15 @@ class Transaction:
                     self._maybe_checkpoint(version)
                 return CommitResult(version, False, attempts, txn_id)
             if snap is None:
-                from .errors import InvalidCommitError
-
                 raise InvalidCommitError(f"a table already exists at {self.table.uri} (version 0 is taken)")
-            done, latest, previous_ict = self._resolve_conflicts(version, txn_id, previous_ict)
+            if outcome == "stale":
+                done, latest, previous_ict = self._rebase(version, why)
+            else:
+                done, latest, previous_ict = self._resolve_conflicts(version, txn_id, previous_ict)
             if done is not None:
                 self._committed = True
                 return CommitResult(done.version, done.already_committed, attempts, txn_id)
+            snap = self.snapshot
             if attempts >= max_attempts:
                 raise CommitFailedError(
                     f"gave up committing to {self.table.uri} after {attempts} attempts; the table is at "
@@ -215,23 +229,108 @@ class Transaction:
         self._committed = True
         return CommitResult(holder, already_committed=True, attempts=0)
 
-    def _put(self, version: int, data: bytes, txn_id: str) -> str:
-        """``"ours"`` when the commit landed (also if only its acknowledgement was lost), else ``"taken"``."""
+    def _put(self, version: int, data: bytes, txn_id: str) -> tuple[str, str]:
+        """Write ``version`` and say how it went: ``"ours"`` (landed and visible to readers, also when only
+        its acknowledgement was lost), ``"taken"`` (another commit holds it) or ``"stale"`` (log cleanup
+        removed what this commit builds on, or readers would never see it; the reason comes second)."""
         store = self.table.store
         for _ in range(5):
+            if not base_present(store, version):
+                return "stale", f"version {version - 1}, which this commit builds on, is no longer in the log"
+            existed = False
             try:
                 put_if_absent(store, commit_name(version), data, allow_unsafe=self.allow_unsafe_storage)
-                return "ours"
             except FileExistsError:
-                pass
+                existed = True
             except _UNKNOWN_OUTCOME as exc:
+                self._maybe_landed = True
                 log.warning("outcome of writing commit %d is unknown (%s); checking the log", version, exc)
+            else:
+                return self._verify_visible(version)
             try:
                 existing = store.read_log_file(commit_name(version))
             except FileNotFoundError:
+                if existed:  # it was there a moment ago: log cleanup is deleting this part of the log
+                    return "stale", f"version {version} was taken and then removed by log cleanup"
                 continue  # the put did not happen: try it again
-            return "ours" if _txn_id_of(existing) == txn_id else "taken"
+            if _txn_id_of(existing) == txn_id:
+                return self._verify_visible(version)
+            return "taken", ""
         raise CommitFailedError(f"could not write commit {version} of {self.table.uri}: storage kept failing")
+
+    def _verify_visible(self, version: int) -> tuple[str, str]:
+        seen = check_visible(self.table.store, version, self._effects_in)
+        if seen.visible is None:
+            raise CommitOutcomeUnknownError(
+                f"{commit_name(version)} was written to {self.table.uri}, but whether readers see it cannot "
+                f"be established: {seen.reason}"
+            )
+        if not seen.visible:
+            log.warning("commit %d of %s is not visible to readers: %s", version, self.table.uri, seen.reason)
+            return "stale", seen.reason
+        return "ours", ""
+
+    def _effects_in(self, state: TableState) -> bool:
+        """Whether ``state`` holds what this transaction does: its app transaction, its added files (live or
+        since tombstoned) and none of the files it removed still live."""
+        txn = self.app_transaction
+        if txn is not None:
+            held = state.txns.get(txn.app_id)
+            if held is None or held.version < txn.version:
+                return False
+        if self.metadata is not None and (
+            state.metadata is None or state.metadata.schema_string != self.metadata.schema_string
+        ):
+            return False
+        live = set(state.files.column("path").to_pylist()) if (self.adds or self.removes) else set()
+        gone = set(state.tombstones.column("path").to_pylist()) if self.adds else set()
+        if any(a.path not in live and a.path not in gone for a in self.adds):
+            return False
+        added = {a.path for a in self.adds}
+        return not any(r.path in live and r.path not in added for r in self.removes)
+
+    def _rebasable(self) -> bool:
+        """Whether the commit means the same on any later snapshot with the same protocol and metadata: a
+        blind append (reads nothing, removes nothing, changes no metadata, protocol or domain)."""
+        return (
+            self.read.is_blind()
+            and not self.removes
+            and self.metadata is None
+            and self.protocol is None
+            and not self.domains
+        )
+
+    def _rebase(self, version: int, why: str) -> tuple[CommitResult | None, int, int | None]:
+        """After log cleanup removed what this transaction read: replay it on the latest snapshot when its
+        meaning cannot have changed (``_rebasable``), else raise ``StaleSnapshotError``."""
+        store = self.table.store
+        read = self.snapshot
+        assert read is not None
+        latest = load_snapshot(store)
+        txn = self.app_transaction
+        if txn is not None and latest.app_transactions.get(txn.app_id, -1) >= txn.version:
+            return self._already_committed(latest.app_transactions, latest.version), latest.version, None
+        if self._maybe_landed and self.adds and self._effects_in(latest.state()):
+            # An earlier attempt whose acknowledgement was lost landed after all.
+            return CommitResult(latest.version, already_committed=True), latest.version, None
+        where = f"{self.table.uri} (read at version {read.version}, now at version {latest.version})"
+        if not self._rebasable():
+            raise StaleSnapshotError(
+                f"cannot commit to {where}: {why}. This transaction reads or changes data, so the commits it "
+                "must be checked against are gone; nothing of it was committed: re-read the table and run "
+                "the operation again",
+                read_version=read.version,
+                latest_version=latest.version,
+            )
+        operation = (latest.commit_info or {}).get("operation")
+        kw = {"winning_version": latest.version, "winning_operation": operation}
+        if latest.protocol != read.protocol:
+            raise ProtocolChangedError(f"the protocol of {where} changed while log cleanup ran", **kw)
+        if latest.metadata != read.metadata:
+            raise MetadataChangedError(f"the metadata of {where} changed while log cleanup ran", **kw)
+        log.warning("%s; committing on the latest snapshot of %s instead", why, where)
+        self.snapshot = latest
+        return None, latest.version, _ict_of(latest)
 
     def _resolve_conflicts(
         self, version: int, txn_id: str, previous_ict: int | None
@@ -239,12 +338,18 @@ class Transaction:
         """Read the commits that won from ``version`` on and decide: done, conflict (raise), or retry."""
         store = self.table.store
         winners = [f for f in store.list_log(version) if commit_version(f.name) is not None]
+        contiguous = [f for i, f in enumerate(winners) if commit_version(f.name) == version + i]
+        if len(contiguous) != len(winners) or not winners:
+            # The winners are not all there to be checked against: log cleanup is deleting them.
+            return self._rebase(version, f"commits from version {version} on were removed by log cleanup")
+        try:
+            datas = store.read_log_files(f.name for f in winners)
+        except FileNotFoundError:
+            return self._rebase(version, f"commits from version {version} on were removed by log cleanup")
         latest = version - 1
-        for f, data in zip(winners, store.read_log_files(f.name for f in winners), strict=True):
+        for f, data in zip(winners, datas, strict=True):
             v = commit_version(f.name)
             assert v is not None
-            if v != latest + 1:
-                break
             win = WinningCommit.parse(v, data, path=store.log_file(f.name))
             if win.txn_id == txn_id:  # our own commit, whose acknowledgement was lost earlier
                 return CommitResult(v), v, previous_ict
