@@ -130,6 +130,7 @@ class Actor:
         self.journal = journal
         self.rng = rng
         self._failures: Counter[tuple[str, str]] = Counter()
+        self._missing: set[str] = set()
 
     def stopping(self) -> bool:
         return self.spec.stop_path.exists()
@@ -178,10 +179,12 @@ class Actor:
         if not ok or latest is None:
             return
         if path in set(latest.file_paths()) and not file_exists(latest.store, path):
-            self.failure(
-                f"{what}: live file missing",
-                f"{path} is live at version {latest.version} but absent from storage",
-            )
+            if path not in self._missing:  # once per file: the audit counts them all
+                self._missing.add(path)
+                self.failure(
+                    f"{what}: live file missing",
+                    f"{path} is live at version {latest.version} but absent from storage",
+                )
         else:
             self.journal.write({"t": "race", "what": what, "path": path})
 
@@ -365,9 +368,8 @@ def _vacuum_step(a: Actor, table: DeltaTable) -> None:
         "vacuum", lambda: table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     )
     if ok:
-        # The data files it deleted (not the compactor's orphans), to trace a lost file to its VACUUM.
-        data = [f for f in report.files if f.startswith("w")][:200]
-        a.journal.write({"t": "vacuum", "deleted": len(report.files), "data_files": data})
+        # What it deleted, to trace a missing live file to the VACUUM that took it.
+        a.journal.write({"t": "vacuum", "deleted": len(report.files), "files": report.files[:300]})
 
 
 def run_reader(a: Actor) -> None:

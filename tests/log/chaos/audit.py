@@ -18,9 +18,11 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_delta.log import DeltaTable, VersionNotFoundError
-from airflow_provider_delta.log.replay import TableState, replay
+from airflow_provider_delta.log.replay import CheckpointReadError, TableState, replay
 from airflow_provider_delta.log.segment import SegmentBuilder, commit_version, group_checkpoints
 from airflow_provider_delta.log.storage import LogStore
+
+from .faults import InjectedFault
 
 _SHOWN = 8  # examples per problem in a message
 
@@ -75,13 +77,18 @@ def _summary(state: TableState) -> dict[str, Any]:
 def compare_checkpoint(store: LogStore, version: int) -> tuple[str, str]:
     """``("equal" | "mismatch" | "unverifiable", detail)``: checkpoint ``version`` against the replay without
     it. Unverifiable when the commits before it were cleaned up (no older checkpoint covers them)."""
-    used, with_cp = _state(store, version, frozenset())
-    if used != version:
-        return "mismatch", f"the snapshot of version {version} did not use its checkpoint (used {used})"
     try:
-        older, without = _state(store, version, frozenset({version}))
-    except VersionNotFoundError:
-        return "unverifiable", f"nothing before checkpoint {version} is left to replay"
+        used, with_cp = _state(store, version, frozenset())
+        if used != version:
+            return "mismatch", f"the snapshot of version {version} did not use its checkpoint (used {used})"
+        try:
+            older, without = _state(store, version, frozenset({version}))
+        except VersionNotFoundError:
+            return "unverifiable", f"nothing before checkpoint {version} is left to replay"
+    except CheckpointReadError as exc:  # replay's own signal (load_snapshot falls back on it); not ours
+        if isinstance(exc.__cause__, InjectedFault):
+            raise exc.__cause__ from exc
+        return "mismatch", f"a checkpoint needed to verify {version} cannot be read: {exc}"
     a, b = _summary(with_cp), _summary(without)
     diff = [k for k in a if a[k] != b[k]]
     if not diff:
