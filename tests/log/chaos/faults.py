@@ -114,7 +114,7 @@ class ClientFaults:
             return real_open(store, path)
 
         def delete_files(store: LogStore, paths: list[str], under: str, **kwargs: Any) -> None:
-            if self.draw("delete", f"delete {len(paths)} files") == "interrupted_delete" and paths:
+            if paths and self.draw("delete", f"delete {len(paths)} files") == "interrupted_delete":
                 kept = self._rng.randrange(len(paths))
                 real_delete(store, paths[:kept], under, **kwargs)
                 raise InjectedReadError(f"injected: deletion interrupted after {kept} of {len(paths)} files")

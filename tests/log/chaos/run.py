@@ -89,14 +89,15 @@ class ChaosResult:
         )
         return (
             f"chaos {self.backend} seed={self.config.seed} race={self.race_s:.0f}s total={self.total_s:.0f}s "
-            f"commits={a.version} "
-            f"earliest={a.earliest_commit} acked={a.acknowledged} unacked-present={a.unacknowledged_present} "
+            f"commits={a.version} earliest={a.earliest_commit} acked={a.acknowledged} "
+            f"already-committed={self.events['already-committed']} "
+            f"unacked-present={a.unacknowledged_present} "
             f"client-faults={fmt(self.client_faults)} server-faults={fmt(self.server_faults)} "
             f"kills={sum(self.kills.values())}({fmt(self.kills)}) checkpoints={self.events['checkpoint']} "
             f"cleanups={self.events['cleanup']} vacuums={self.events['vacuum']} "
             f"compactions={self.events['compaction']} reads={self.events['read']} "
             f"rewrites={self.events['rewrite']} races={self.events['race']} "
-            f"checkpoint-checks={fmt(a.checkpoints)} named-errors={sum(self.named_errors.values())} "
+            f"checkpoint-checks={fmt(a.checkpoints)} named-errors={fmt(self.named_errors)} "
             f"lost={len(a.lost)} duplicated={len(a.duplicated)} missing={len(a.missing_files)} "
             f"problems={len(a.problems)} failures={len(self.failures)}" + final
         )
@@ -270,5 +271,6 @@ def _collect(workdir: Path, roster: list[tuple[str, int]], result: ChaosResult) 
                 result.failures.append(f"{role}-{index}: {rec['what']}: {rec['detail']}")
             elif t == "ack":
                 acks.setdefault(index, set()).add(rec["batch"])
+                result.events["already-committed"] += rec["already"]
             result.events[t] += 1
     return acks
