@@ -26,36 +26,22 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import fsspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaError, DeltaTable
-from airflow_provider_delta.log.storage import LogStore
 
 from .audit import check_rows, compare_checkpoint
+from .data import SCHEMA, batch_table, file_exists, read_snapshot_rows, write_parquet
 from .faults import ClientFaultRates, ClientFaults, InjectedFault
 from .journal import Journal
 
 T = TypeVar("T")
-SCHEMA = pa.schema([("writer", pa.int32()), ("batch", pa.int64()), ("row", pa.int32())])
 DAY_MS = 86_400_000
 _DETAILED_FAILURES = 3  # per (what, exception class) and process: tracebacks beyond these say nothing new
-
-
-def batch_rows(writer: int, batch: int) -> int:
-    """How many rows batch ``batch`` of writer ``writer`` holds (1-7), so that the audit can count them."""
-    return 1 + (writer * 31 + batch * 17) % 7
-
-
-def batch_table(writer: int, batch: int) -> pa.Table:
-    n = batch_rows(writer, batch)
-    return pa.table([[writer] * n, [batch] * n, list(range(n))], schema=SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -187,42 +173,6 @@ class Actor:
                 )
         else:
             self.journal.write({"t": "race", "what": what, "path": path})
-
-
-# -- storage of data files (the actors' own, never fault-injected client-side) ------------------------------
-def write_parquet(store: LogStore, relative: str, table: pa.Table) -> None:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    store.fs.pipe_file(store.table_file(relative), sink.getvalue().to_pybytes())
-
-
-def read_parquet(store: LogStore, relative: str) -> pa.Table:
-    return pq.read_table(pa.BufferReader(store.fs.cat_file(store.table_file(relative))))
-
-
-def file_exists(store: LogStore, relative: str) -> bool:
-    full = store.table_file(relative)
-    store.fs.invalidate_cache(full)
-    try:
-        store.fs.info(full)
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def read_snapshot_rows(store: LogStore, paths: list[str]) -> tuple[pa.Table, list[str]]:
-    """Rows of the files ``paths`` (as one table) and the paths that were not found."""
-
-    def read(path: str) -> pa.Table | str:
-        try:
-            return read_parquet(store, path).select(SCHEMA.names).cast(SCHEMA)
-        except FileNotFoundError:
-            return path
-
-    with ThreadPoolExecutor(8) as pool:
-        got = list(pool.map(read, paths))
-    tables = [t for t in got if isinstance(t, pa.Table)]
-    return pa.concat_tables([SCHEMA.empty_table(), *tables]), [p for p in got if isinstance(p, str)]
 
 
 # -- roles (each loops over one step; a step's closures see only that step's values) ---------------------
@@ -396,7 +346,7 @@ def _reader_step(a: Actor, handle: DeltaTable, kind: str, newest: dict[str, int]
     if gone:
         a.live_file_missing(gone[0], f"reader ({kind} handle, version {snap.version})")
         return
-    problems = check_rows(rows, snap.app_transactions, a.spec.writers, batch_rows)
+    problems = check_rows(rows, snap.app_transactions, a.spec.writers)
     if problems:
         a.failure("snapshot rows wrong", f"{kind} handle, version {snap.version}: " + "; ".join(problems))
     a.journal.write({"t": "read", "version": snap.version, "kind": kind, "files": snap.num_files})

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from airflow_provider_delta.log.replay import CheckpointReadError, TableState, r
 from airflow_provider_delta.log.segment import SegmentBuilder, commit_version, group_checkpoints
 from airflow_provider_delta.log.storage import LogStore
 
+from .data import batch_rows, read_snapshot_rows
 from .faults import InjectedFault
 
 _SHOWN = 8  # examples per problem in a message
@@ -31,9 +32,7 @@ def row_counts(rows: pa.Table) -> Counter[tuple[int, int, int]]:
     return Counter(zip(*(rows.column(c).to_pylist() for c in ("writer", "batch", "row")), strict=True))
 
 
-def check_rows(
-    rows: pa.Table, app_txns: Mapping[str, int], writers: int, batch_rows: Callable[[int, int], int]
-) -> list[str]:
+def check_rows(rows: pa.Table, app_txns: Mapping[str, int], writers: int) -> list[str]:
     """Problems with the rows of one snapshot, as sentences; empty when the snapshot is consistent."""
     counts = row_counts(rows)
     problems = []
@@ -131,8 +130,6 @@ def audit_table(
     table: DeltaTable,
     acks: Mapping[int, set[int]],
     writers: int,
-    batch_rows: Callable[[int, int], int],
-    read_rows: Callable[[LogStore, list[str]], tuple[pa.Table, list[str]]],
     delta: tuple[str, dict[str, str]] | None,
 ) -> Audit:
     """Audit ``table``: ``acks`` maps each writer to its acknowledged batches; ``delta`` is deltalake's
@@ -141,7 +138,7 @@ def audit_table(
     snap = table.snapshot()
     store = table.store
     out.version, out.live_files = snap.version, snap.num_files
-    rows, out.missing_files = read_rows(store, snap.file_paths())
+    rows, out.missing_files = read_snapshot_rows(store, snap.file_paths())
     counts = row_counts(rows)
     per_batch: dict[tuple[int, int], Counter[int]] = {}
     for (w, b, r), n in counts.items():
@@ -155,7 +152,7 @@ def audit_table(
                 out.lost.append((w, b))
     out.duplicated = sorted(k for k, rs in per_batch.items() if any(n > 1 for n in rs.values()))
     out.unacknowledged_present = sum(1 for (w, b) in per_batch if b not in acks.get(w, set()))
-    out.problems += check_rows(rows, snap.app_transactions, writers, batch_rows)
+    out.problems += check_rows(rows, snap.app_transactions, writers)
     commits = sorted(v for f in store.list_log() if (v := commit_version(f.name)) is not None)
     out.earliest_commit = commits[0] if commits else -1
     if commits != list(range(out.earliest_commit, snap.version + 1)):

@@ -20,8 +20,9 @@ from typing import Any
 
 from airflow_provider_delta.log import DeltaTable
 
-from .actors import SCHEMA, ActorSpec, batch_rows, main, read_snapshot_rows
+from .actors import ActorSpec, main
 from .audit import Audit, audit_table
+from .data import SCHEMA
 from .faults import ClientFaultRates
 from .journal import read_journal
 
@@ -161,15 +162,13 @@ def run_chaos(
     acks = _collect(workdir, roster, result)
     table = DeltaTable(location.uri, location.storage_options)
     delta = (location.delta_uri, location.delta_storage_options)
-    result.audit = audit_table(table, acks, config.writers, batch_rows, read_snapshot_rows, delta)
+    result.audit = audit_table(table, acks, config.writers, delta)
     # One quiet pass of maintenance (no faults, no actors): it must keep every live file and every row.
     table.checkpoint()
     table.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + 86_400_000)
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-    result.final = audit_table(
-        DeltaTable(location.uri, location.storage_options), acks, config.writers, batch_rows,
-        read_snapshot_rows, delta,
-    )  # fmt: skip
+    fresh = DeltaTable(location.uri, location.storage_options)
+    result.final = audit_table(fresh, acks, config.writers, delta)
     result.total_s = time.monotonic() - started
     return result
 
