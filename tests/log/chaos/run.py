@@ -21,7 +21,7 @@ from typing import Any
 from airflow_provider_delta.log import DeltaTable
 
 from .actors import ActorSpec, main
-from .audit import Audit, audit_table
+from .audit import Audit, audit_table, compare_checkpoint
 from .data import SCHEMA
 from .faults import ClientFaultRates
 from .journal import read_journal
@@ -70,38 +70,37 @@ class ChaosResult:
     server_faults: Counter[str] = field(default_factory=Counter)
     events: Counter[str] = field(default_factory=Counter)
     named_errors: Counter[str] = field(default_factory=Counter)
+    inline_checks: Counter[str] = field(default_factory=Counter)  # the maintainer's checkpoint verdicts
     failures: list[str] = field(default_factory=list)
     audit: Audit = field(default_factory=Audit)
     final: Audit | None = None
 
     def summary(self) -> str:
-        a = self.audit
+        """One line: the seed, what was done and injected, and what the audit found."""
+        a, e = self.audit, self.events
 
         def fmt(c: Counter[str]) -> str:
             return ",".join(f"{k}:{n}" for k, n in sorted(c.items())) or "none"
 
-        final = (
-            ""
-            if self.final is None
-            else (
-                f" final-pass=[lost {len(self.final.lost)} dup {len(self.final.duplicated)} "
-                f"missing {len(self.final.missing_files)} problems {len(self.final.problems)}]"
+        parts = [
+            f"chaos {self.backend} seed={self.config.seed} race={self.race_s:.0f}s total={self.total_s:.0f}s",
+            f"commits={a.version} earliest={a.earliest_commit} acked={a.acknowledged}",
+            f"already-committed={e['already-committed']} unacked-present={a.unacknowledged_present}",
+            f"client-faults={fmt(self.client_faults)} server-faults={fmt(self.server_faults)}",
+            f"kills={sum(self.kills.values())}({fmt(self.kills)})",
+            f"checkpoints={e['checkpoint']} cleanups={e['cleanup']} vacuums={e['vacuum']}",
+            f"compactions={e['compaction']} reads={e['read']} rewrites={e['rewrite']} races={e['race']}",
+            f"checkpoint-checks=[inline {fmt(self.inline_checks)}; audit {fmt(a.checkpoints)}]",
+            f"named-errors={fmt(self.named_errors)}",
+            f"lost={len(a.lost)} duplicated={len(a.duplicated)} missing={len(a.missing_files)}",
+            f"problems={len(a.problems)} failures={len(self.failures)}",
+        ]
+        if (f := self.final) is not None:
+            parts.append(
+                f"final-pass=[lost {len(f.lost)} dup {len(f.duplicated)} missing {len(f.missing_files)} "
+                f"problems {len(f.problems)} checkpoint {fmt(f.checkpoints)}]"
             )
-        )
-        return (
-            f"chaos {self.backend} seed={self.config.seed} race={self.race_s:.0f}s total={self.total_s:.0f}s "
-            f"commits={a.version} earliest={a.earliest_commit} acked={a.acknowledged} "
-            f"already-committed={self.events['already-committed']} "
-            f"unacked-present={a.unacknowledged_present} "
-            f"client-faults={fmt(self.client_faults)} server-faults={fmt(self.server_faults)} "
-            f"kills={sum(self.kills.values())}({fmt(self.kills)}) checkpoints={self.events['checkpoint']} "
-            f"cleanups={self.events['cleanup']} vacuums={self.events['vacuum']} "
-            f"compactions={self.events['compaction']} reads={self.events['read']} "
-            f"rewrites={self.events['rewrite']} races={self.events['race']} "
-            f"checkpoint-checks={fmt(a.checkpoints)} named-errors={fmt(self.named_errors)} "
-            f"lost={len(a.lost)} duplicated={len(a.duplicated)} missing={len(a.missing_files)} "
-            f"problems={len(a.problems)} failures={len(self.failures)}" + final
-        )
+        return " ".join(parts)
 
     def report(self) -> str:
         """Everything that went wrong, for an assertion message."""
@@ -163,12 +162,17 @@ def run_chaos(
     table = DeltaTable(location.uri, location.storage_options)
     delta = (location.delta_uri, location.delta_storage_options)
     result.audit = audit_table(table, acks, config.writers, delta)
-    # One quiet pass of maintenance (no faults, no actors): it must keep every live file and every row.
-    table.checkpoint()
+    # One quiet pass of maintenance (no faults, no actors): it must keep every live file and every row, and
+    # its checkpoint (verified before cleanup removes what it is compared with) must equal the replay.
+    version = table.checkpoint().version
+    verdict, detail = compare_checkpoint(table.store, version)
     table.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + 86_400_000)
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     fresh = DeltaTable(location.uri, location.storage_options)
     result.final = audit_table(fresh, acks, config.writers, delta)
+    result.final.checkpoints = Counter({verdict: 1})
+    if verdict == "mismatch":
+        result.final.problems.append(f"the final checkpoint {version} differs from the replay: {detail}")
     result.total_s = time.monotonic() - started
     return result
 
@@ -268,6 +272,8 @@ def _collect(workdir: Path, roster: list[tuple[str, int]], result: ChaosResult) 
                 result.named_errors[rec["class"]] += 1
             elif t == "failure":
                 result.failures.append(f"{role}-{index}: {rec['what']}: {rec['detail']}")
+            elif t == "checkpoint-verified":
+                result.inline_checks[rec["verdict"]] += 1
             elif t == "ack":
                 acks.setdefault(index, set()).add(rec["batch"])
                 result.events["already-committed"] += rec["already"]
