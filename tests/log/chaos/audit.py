@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -116,6 +117,9 @@ class Audit:
     present_batches: int = 0
     unacknowledged_present: int = 0
     lost: list[tuple[int, int]] = field(default_factory=list)
+    # Lost batches that the stats of a missing live file cover (VACUUM took the file), and the others (the
+    # log lost them: no live file claims them).
+    lost_with_missing_file: int = 0
     duplicated: list[tuple[int, int]] = field(default_factory=list)
     missing_files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -150,6 +154,10 @@ def audit_table(
             got = per_batch.get((w, b), Counter())
             if any(got[r] == 0 for r in range(batch_rows(w, b))):
                 out.lost.append((w, b))
+    ranges = _stats_ranges(snap.files, set(out.missing_files))
+    out.lost_with_missing_file = sum(
+        1 for w, b in out.lost if any(w0 <= w <= w1 and b0 <= b <= b1 for w0, w1, b0, b1 in ranges)
+    )
     out.duplicated = sorted(k for k, rs in per_batch.items() if any(n > 1 for n in rs.values()))
     out.unacknowledged_present = sum(1 for (w, b) in per_batch if b not in acks.get(w, set()))
     out.problems += check_rows(rows, snap.app_transactions, writers)
@@ -168,6 +176,16 @@ def audit_table(
             out.problems.append(f"checkpoint {version} differs from the replay: {detail}")
     if delta is not None:
         out.problems += _deltalake_disagrees(delta, snap.version, set(snap.file_paths()))
+    return out
+
+
+def _stats_ranges(files: pa.Table, paths: set[str]) -> list[tuple[int, int, int, int]]:
+    """(min writer, max writer, min batch, max batch) of the files ``paths``, from their ``stats``."""
+    out = []
+    for path, stats in zip(files.column("path").to_pylist(), files.column("stats").to_pylist(), strict=True):
+        if path in paths and stats:
+            low, high = json.loads(stats)["minValues"], json.loads(stats)["maxValues"]
+            out.append((low["writer"], high["writer"], low["batch"], high["batch"]))
     return out
 
 

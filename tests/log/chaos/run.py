@@ -92,7 +92,8 @@ class ChaosResult:
             f"compactions={e['compaction']} reads={e['read']} rewrites={e['rewrite']} races={e['race']}",
             f"checkpoint-checks=[inline {fmt(self.inline_checks)}; audit {fmt(a.checkpoints)}]",
             f"named-errors={fmt(self.named_errors)}",
-            f"lost={len(a.lost)} duplicated={len(a.duplicated)} missing={len(a.missing_files)}",
+            f"lost={len(a.lost)}(in-missing-files:{a.lost_with_missing_file})",
+            f"duplicated={len(a.duplicated)} missing={len(a.missing_files)}",
             f"problems={len(a.problems)} failures={len(self.failures)}",
         ]
         if (f := self.final) is not None:
