@@ -59,6 +59,7 @@ class ActorSpec:
     rates: ClientFaultRates
     writers: int
     maintenance_pause_s: float
+    writer_think_s: float  # a writer's pause between reading the table and committing, at most
     env: dict[str, str]  # the parent's storage settings (credentials, proxies) at the time of the start
 
     @property
@@ -195,8 +196,15 @@ def run_writer(a: Actor) -> None:
 def _writer_step(
     a: Actor, table: DeltaTable, app: str, batch: int, path: str | None
 ) -> tuple[int, str | None]:
-    """Commit batch ``batch`` from file ``path`` (written first if missing); return the next state."""
+    """Commit batch ``batch`` from file ``path`` (written first if missing); return the next state.
+
+    As a real job does: read the table, write the data (taking its time), then commit, so that log cleanup,
+    checkpoints and VACUUM can run while the transaction is open.
+    """
     i = a.spec.index
+    ok, txn = a.attempt("open", table.transaction)
+    if not ok:
+        return batch, path
     if path is None or not a.attempt("file exists", lambda: file_exists(table.store, path))[1]:
         new = f"w{i}/b{batch:06d}-{uuid.uuid4().hex[:8]}.parquet"
         if not a.attempt("write file", lambda: write_parquet(table.store, new, batch_table(i, batch)))[0]:
@@ -205,9 +213,9 @@ def _writer_step(
         if path is not None:
             a.journal.write({"t": "rewrite", "batch": batch, "gone": path, "new": new})
         path = new
+    a.pause(a.rng.uniform(0, a.spec.writer_think_s))
 
     def commit() -> Any:
-        txn = table.transaction()
         try:
             add = AddFile.from_file(txn.snapshot, path)
         except FileNotFoundError:

@@ -117,9 +117,8 @@ class Audit:
     present_batches: int = 0
     unacknowledged_present: int = 0
     lost: list[tuple[int, int]] = field(default_factory=list)
-    # Lost batches that the stats of a missing live file cover (VACUUM took the file), and the others (the
-    # log lost them: no live file claims them).
-    lost_with_missing_file: int = 0
+    # Lost batches that no missing live file's stats cover: the log lost them (the others went with a file).
+    lost_from_log: list[tuple[int, int]] = field(default_factory=list)
     duplicated: list[tuple[int, int]] = field(default_factory=list)
     missing_files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -155,9 +154,9 @@ def audit_table(
             if any(got[r] == 0 for r in range(batch_rows(w, b))):
                 out.lost.append((w, b))
     ranges = _stats_ranges(snap.files, set(out.missing_files))
-    out.lost_with_missing_file = sum(
-        1 for w, b in out.lost if any(w0 <= w <= w1 and b0 <= b <= b1 for w0, w1, b0, b1 in ranges)
-    )
+    out.lost_from_log = [
+        (w, b) for w, b in out.lost if not any(w0 <= w <= w1 and b0 <= b <= b1 for w0, w1, b0, b1 in ranges)
+    ]
     out.duplicated = sorted(k for k, rs in per_batch.items() if any(n > 1 for n in rs.values()))
     out.unacknowledged_present = sum(1 for (w, b) in per_batch if b not in acks.get(w, set()))
     out.problems += check_rows(rows, snap.app_transactions, writers)

@@ -46,7 +46,8 @@ class ChaosConfig:
     readers: int = 1
     kill_every_s: float = 4.0  # mean time between SIGKILLs (exponential)
     rates: ClientFaultRates = field(default_factory=ClientFaultRates)
-    maintenance_pause_s: float = 0.5
+    maintenance_pause_s: float = 0.5  # at most, between two maintenance steps
+    writer_think_s: float = 0.5  # at most, between a writer's read of the table and its commit
     stop_timeout_s: float = 120.0
 
 
@@ -92,7 +93,7 @@ class ChaosResult:
             f"compactions={e['compaction']} reads={e['read']} rewrites={e['rewrite']} races={e['race']}",
             f"checkpoint-checks=[inline {fmt(self.inline_checks)}; audit {fmt(a.checkpoints)}]",
             f"named-errors={fmt(self.named_errors)}",
-            f"lost={len(a.lost)}(in-missing-files:{a.lost_with_missing_file})",
+            f"lost={len(a.lost)}(from-log:{len(a.lost_from_log)})",
             f"duplicated={len(a.duplicated)} missing={len(a.missing_files)}",
             f"problems={len(a.problems)} failures={len(self.failures)}",
         ]
@@ -108,6 +109,7 @@ class ChaosResult:
         a = self.audit
         lines = [self.summary()]
         lines += [f"lost (writer, batch): {a.lost[:20]}"] if a.lost else []
+        lines += [f"lost from the log (in no missing file): {a.lost_from_log}"] if a.lost_from_log else []
         lines += [f"duplicated (writer, batch): {a.duplicated[:20]}"] if a.duplicated else []
         lines += [f"missing live files: {a.missing_files[:20]}"] if a.missing_files else []
         lines += [f"problem: {p}" for p in a.problems]
@@ -194,7 +196,7 @@ class _Supervisor:
         loc, cfg = self.location, self.config
         spec = ActorSpec(
             role, index, incarnation, loc.uri, loc.storage_options, loc.fs_setup, str(self.workdir),
-            cfg.seed, cfg.rates, cfg.writers, cfg.maintenance_pause_s,
+            cfg.seed, cfg.rates, cfg.writers, cfg.maintenance_pause_s, cfg.writer_think_s,
             {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
         )  # fmt: skip
         proc = self.ctx.Process(target=main, args=(spec,), name=spec.name, daemon=True)
