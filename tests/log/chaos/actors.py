@@ -59,7 +59,7 @@ class ActorSpec:
     rates: ClientFaultRates
     writers: int
     maintenance_pause_s: float
-    writer_think_s: float  # a writer's pause between reading the table and committing, at most
+    writer_think_s: float  # a writer's pause between reading the table and committing (20%: 2-8 times)
     env: dict[str, str]  # the parent's storage settings (credentials, proxies) at the time of the start
 
     @property
@@ -213,7 +213,9 @@ def _writer_step(
         if path is not None:
             a.journal.write({"t": "rewrite", "batch": batch, "gone": path, "new": new})
         path = new
-    a.pause(a.rng.uniform(0, a.spec.writer_think_s))
+    # Now and then a slow job: its transaction stays open across a checkpoint and a log cleanup.
+    slow = a.rng.random() < 0.2
+    a.pause(a.rng.uniform(2, 8) * a.spec.writer_think_s if slow else a.rng.uniform(0, a.spec.writer_think_s))
 
     def commit() -> Any:
         try:

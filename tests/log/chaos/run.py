@@ -47,7 +47,8 @@ class ChaosConfig:
     kill_every_s: float = 4.0  # mean time between SIGKILLs (exponential)
     rates: ClientFaultRates = field(default_factory=ClientFaultRates)
     maintenance_pause_s: float = 0.5  # at most, between two maintenance steps
-    writer_think_s: float = 0.5  # at most, between a writer's read of the table and its commit
+    # At most, between a writer's read of the table and its commit; one commit in five waits 2-8 times it.
+    writer_think_s: float = 0.5
     stop_timeout_s: float = 120.0
 
 
