@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
+from .commit_info import VACUUM_END, vacuum_cutoff
 from .errors import CorruptLogError
 from .properties import (
     DELETED_FILE_RETENTION,
@@ -56,6 +57,9 @@ class Snapshot:
     commit_info: dict[str, Any] | None
     fields: FileFields = ALL_FILE_FIELDS
     keep_expired_tombstones: bool = False
+    # A VACUUM START among the commits this snapshot read, with no VACUUM END after it: the modification
+    # time below which that VACUUM may be deleting unreferenced files (see ``commit_info.vacuum_cutoff``).
+    vacuum_cutoff: int | None = None
 
     @property
     def app_transactions(self) -> dict[str, int]:
@@ -155,7 +159,7 @@ def load_snapshot(
                     f"no readable checkpoint for {store.uri} after {len(excluded)} attempts"
                 ) from exc
             continue
-        return _from_state(store, segment, state, now_ms, keep_expired_tombstones)
+        return _from_state(store, segment, state, now_ms, keep_expired_tombstones, None)
 
 
 def _relist(store: LogStore, relists: int, exc: Exception) -> int:
@@ -204,7 +208,7 @@ def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
         )
     state = apply_commits(snap.state(), store, tuple(new), datas)
     segment = LogSegment(snap.version + len(new), snap.segment.checkpoint, snap.segment.commits + tuple(new))
-    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones)
+    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones, snap.vacuum_cutoff)
 
 
 def _same_file(a: FileMeta, b: FileMeta) -> bool:
@@ -212,7 +216,12 @@ def _same_file(a: FileMeta, b: FileMeta) -> bool:
 
 
 def _from_state(
-    store: LogStore, segment: LogSegment, state: TableState, now_ms: int | None, keep_expired_tombstones: bool
+    store: LogStore,
+    segment: LogSegment,
+    state: TableState,
+    now_ms: int | None,
+    keep_expired_tombstones: bool,
+    vacuum_before: int | None,
 ) -> Snapshot:
     where = f"table {store.uri} at version {segment.version}"
     if state.protocol is None:
@@ -250,7 +259,20 @@ def _from_state(
         commit_info=info,
         fields=state.fields,
         keep_expired_tombstones=keep_expired_tombstones,
+        vacuum_cutoff=_vacuum_in_progress(vacuum_before, state.commit_infos),
     )
+
+
+def _vacuum_in_progress(before: int | None, commit_infos: dict[int, dict[str, Any]]) -> int | None:
+    """The cut-off of the last VACUUM STARTed and not ENDed, reading ``commit_infos`` in version order."""
+    cutoff = before
+    for version in sorted(commit_infos):
+        info = commit_infos[version]
+        if info.get("operation") == VACUUM_END:
+            cutoff = None
+        elif (started := vacuum_cutoff(info)) is not None:
+            cutoff = started
+    return cutoff
 
 
 def _version_timestamp(store: LogStore, segment: LogSegment, metadata: Metadata, info: dict | None) -> int:

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__ as _core_version
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+from .commit_info import VACUUM_START, in_commit_timestamp_of, txn_id_of
 from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts, table_isolation
 from .errors import (
     CommitFailedError,
     CommitOutcomeUnknownError,
     ConcurrentTransactionError,
+    ConcurrentVacuumError,
     DeltaError,
     InvalidCommitError,
     MetadataChangedError,
@@ -162,6 +164,7 @@ class Transaction:
         if snap is not None and (done := self._already_committed(snap.app_transactions, snap.version)):
             return done
         validate_commit(self)
+        self._check_vacuum_in_progress()
         txn_id = str(uuid.uuid4())
         version = 0 if snap is None else snap.version + 1
         previous_ict = _ict_of(snap)
@@ -253,7 +256,7 @@ class Transaction:
                 if existed:  # it was there a moment ago: log cleanup is deleting this part of the log
                     return "stale", f"version {version} was taken and then removed by log cleanup"
                 continue  # the put did not happen: try it again
-            if _txn_id_of(existing) == txn_id:
+            if txn_id_of(existing) == txn_id:
                 return self._verify_visible(version)
             return "taken", ""
         raise CommitFailedError(f"could not write commit {version} of {self.table.uri}: storage kept failing")
@@ -288,6 +291,27 @@ class Transaction:
             return False
         added = {a.path for a in self.adds}
         return not any(r.path in live and r.path not in added for r in self.removes)
+
+    def _oldest_add_ms(self) -> int | None:
+        """The oldest modification time among files this commit adds as new data: what a concurrent
+        VACUUM could have found unreferenced."""
+        times = [a.modification_time for a in self.adds]
+        return min(times) if times else None
+
+    def _check_vacuum_in_progress(self) -> None:
+        """Refuse to add files a VACUUM that started before this transaction read the table (and has not
+        ended in what it read) may be deleting: files older than its cut-off."""
+        snap = self.snapshot
+        oldest = self._oldest_add_ms()
+        if snap is None or snap.vacuum_cutoff is None or oldest is None or oldest >= snap.vacuum_cutoff:
+            return
+        raise ConcurrentVacuumError(
+            f"a VACUUM of {self.table.uri} is in progress (started before version {snap.version}, not "
+            "ended) and may delete the files this transaction adds: they were written before its cut-off. "
+            "Write them again and retry",
+            winning_version=snap.version,
+            winning_operation=VACUUM_START,
+        )
 
     def _rebasable(self) -> bool:
         """Whether the commit means the same on any later snapshot with the same protocol and metadata: a
@@ -368,8 +392,9 @@ class Transaction:
                 {r.path for r in self.removes},
                 isolation=self.isolation_level(),
                 changes_metadata=self.metadata is not None,
+                oldest_add_ms=self._oldest_add_ms(),
             )
-            previous_ict = _ict_from_commit(data) or previous_ict
+            previous_ict = in_commit_timestamp_of(data) or previous_ict
             latest = v
         return None, latest, previous_ict
 
@@ -445,24 +470,6 @@ def _param(value: Any) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _txn_id_of(data: bytes) -> str | None:
-    first = data.split(b"\n", 1)[0]
-    try:
-        info = json.loads(first).get("commitInfo") or {}
-    except (ValueError, AttributeError):
-        return None
-    return info.get("txnId")
-
-
-def _ict_from_commit(data: bytes) -> int | None:
-    try:
-        info = json.loads(data.split(b"\n", 1)[0]).get("commitInfo") or {}
-    except (ValueError, AttributeError):
-        return None
-    value = info.get("inCommitTimestamp")
-    return None if value is None else int(value)
 
 
 def _ict_of(snapshot: Snapshot | None) -> int | None:
