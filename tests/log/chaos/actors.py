@@ -32,7 +32,13 @@ from typing import Any, TypeVar
 
 import fsspec
 
-from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaError, DeltaTable
+from airflow_provider_delta.log import (
+    AddFile,
+    ConcurrentModificationError,
+    ConcurrentVacuumError,
+    DeltaError,
+    DeltaTable,
+)
 
 from .audit import check_rows, compare_checkpoint
 from .data import SCHEMA, batch_table, file_exists, read_snapshot_rows, write_parquet
@@ -222,7 +228,12 @@ def _writer_step(
             add = AddFile.from_file(txn.snapshot, path)
         except FileNotFoundError:
             return None  # VACUUM took the file before it was committed: write it again
-        return txn.add_files([add]).set_app_transaction(app, batch).commit()
+        try:
+            return txn.add_files([add]).set_app_transaction(app, batch).commit()
+        except ConcurrentVacuumError as exc:
+            # A concurrent VACUUM may delete the file even though it still exists: write it again.
+            a.journal.write({"t": "conflict", "class": type(exc).__name__, "msg": str(exc)[:300]})
+            return None
 
     ok, res = a.attempt("commit", commit)
     if not ok:
