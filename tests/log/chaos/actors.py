@@ -41,7 +41,7 @@ from airflow_provider_delta.log import (
 )
 
 from .audit import check_rows, compare_checkpoint
-from .data import SCHEMA, batch_table, file_exists, read_snapshot_rows, write_parquet
+from .data import NOT_FOUND, SCHEMA, batch_table, file_exists, read_snapshot_rows, write_parquet
 from .faults import ClientFaultRates, ClientFaults, InjectedFault
 from .journal import Journal
 
@@ -226,7 +226,7 @@ def _writer_step(
     def commit() -> Any:
         try:
             add = AddFile.from_file(txn.snapshot, path)
-        except FileNotFoundError:
+        except NOT_FOUND:
             return None  # VACUUM took the file before it was committed: write it again
         try:
             return txn.add_files([add]).set_app_transaction(app, batch).commit()
@@ -284,7 +284,7 @@ def _compactor_step(a: Actor, table: DeltaTable) -> None:
     def commit() -> Any:
         try:
             add = AddFile.from_file(txn.snapshot, out, data_change=False)
-        except FileNotFoundError:  # VACUUM took the output before it was committed
+        except NOT_FOUND:  # VACUUM took the output before it was committed
             a.journal.write({"t": "race", "what": "compactor output vacuumed before its commit"})
             return None
         txn.remove_files([AddFile.from_dict(f) for f in inputs], data_change=False).add_files([add])

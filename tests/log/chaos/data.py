@@ -10,8 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from azure.core.exceptions import ResourceNotFoundError
 
 from airflow_provider_delta.log.storage import LogStore
+
+# A file that is gone: adlfs raises Azure's own error (not FileNotFoundError) when a blob disappears between
+# opening it and reading a range of it, e.g. when VACUUM deletes a file whose footer is being read.
+NOT_FOUND = (FileNotFoundError, ResourceNotFoundError)
 
 SCHEMA = pa.schema([("writer", pa.int32()), ("batch", pa.int64()), ("row", pa.int32())])
 
@@ -52,7 +57,7 @@ def read_snapshot_rows(store: LogStore, paths: list[str]) -> tuple[pa.Table, lis
     def read(path: str) -> pa.Table | str:
         try:
             return read_parquet(store, path).select(SCHEMA.names).cast(SCHEMA)
-        except FileNotFoundError:
+        except NOT_FOUND:
             return path
 
     with ThreadPoolExecutor(8) as pool:
