@@ -12,7 +12,8 @@ again. Each run prints a one-line summary; docs/reliability.md has the design, t
 ``make test`` runs one bounded seed per backend; ``make chaos`` runs longer over several seeds. Settings:
 ``CHAOS_SEEDS`` (space- or comma-separated), ``CHAOS_DURATION_S`` (S3, default 50),
 ``CHAOS_EMULATOR_DURATION_S`` (GCS and Azure, default 15), ``CHAOS_KILL_EVERY_S`` (mean seconds between
-kills, default 4), ``CHAOS_REPORT`` (a file each summary line is appended to).
+kills, default 4), ``CHAOS_REPORT`` (a file each summary line, or for a failed run the whole report, is
+appended to).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _report(result: ChaosResult, capsys: pytest.CaptureFixture[str]) -> None:
         print("\n" + line)
     if path := os.environ.get("CHAOS_REPORT"):
         with open(path, "a") as fh:
-            fh.write(line + "\n")
+            fh.write((line if result.clean else result.report()) + "\n")
 
 
 def _assert_clean(result: ChaosResult, *, server_faults: bool) -> None:

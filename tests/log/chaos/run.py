@@ -77,6 +77,11 @@ class ChaosResult:
     audit: Audit = field(default_factory=Audit)
     final: Audit | None = None
 
+    @property
+    def clean(self) -> bool:
+        """Nothing lost, duplicated or missing, no failure, during the run and after the final pass."""
+        return not self.failures and self.audit.clean and (self.final is None or self.final.clean)
+
     def summary(self) -> str:
         """One line: the seed, what was done and injected, and what the audit found."""
         a, e = self.audit, self.events
