@@ -27,6 +27,31 @@ class CorruptLogError(DeltaError):
         self.line = line
 
 
+class DeletionVectorError(CorruptLogError):
+    """A deletion vector cannot be read ("Deletion Vectors"): its file is missing or cut short, its size
+    prefix, checksum, format version, magic number or cardinality disagree with its descriptor, or its bitmap
+    is malformed. A reader that went on would return rows the table deleted, so it must stop.
+
+    ``dv_file`` names where the vector is (a file and offset, or ``inline``), ``data_file`` the data file
+    it belongs to (when the caller said); both are in the message. ``reason`` is the message without them.
+    """
+
+    def __init__(self, reason: str, *, dv_file: str | None = None, data_file: str | None = None) -> None:
+        where = [f"deletion vector {dv_file}"] if dv_file else []
+        if data_file:
+            where.append(f"of data file {data_file}")
+        Exception.__init__(self, reason + (f" ({' '.join(where)})" if where else ""))
+        self.reason = reason
+        self.dv_file = dv_file
+        self.data_file = data_file
+        self.path = dv_file
+        self.line = None
+
+    def located(self, dv_file: str, data_file: str | None) -> DeletionVectorError:
+        """The same error, naming where the vector was read from (the bitmap decoder does not know)."""
+        return DeletionVectorError(self.reason, dv_file=self.dv_file or dv_file, data_file=data_file)
+
+
 class VersionNotFoundError(DeltaError):
     """A requested version or timestamp is not reconstructable from the log that exists now."""
 

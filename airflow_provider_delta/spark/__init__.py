@@ -5,9 +5,10 @@ files read by executors, deletion vectors and column mapping applied) and ``chec
 This package imports pyspark; the core (``airflow_provider_delta.log``) never imports it.
 """
 
+from airflow_provider_delta.log.errors import DeletionVectorError
+
 from .checkpoint import checkpoint_with_spark
 from .constraints import ConstraintViolationError
-from .deletion_vectors import DeletionVectorError
 from .read import read
 from .schema import SchemaMismatchError
 from .session import spark_session
