@@ -1,4 +1,4 @@
-"""The chaos test's actors. Each runs in its own spawned process, and the parent SIGKILLs and restarts them.
+"""The chaos test's actors. Each runs in its own process, which the parent SIGKILLs and restarts at random.
 
 - ``writer``: an exactly-once writer. Batch ``b`` of writer ``i`` is one Parquet file committed together
   with ``txn(appId="writer-i", version=b)``; ``commit()`` returning (also as ``already_committed``) is the
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import fsspec
+import gcsfs.core
 
 from airflow_provider_delta.log import (
     AddFile,
@@ -52,7 +53,7 @@ _DETAILED_FAILURES = 3  # per (what, exception class) and process: tracebacks be
 
 @dataclass(frozen=True)
 class ActorSpec:
-    """Everything a spawned actor needs (picklable)."""
+    """Everything an actor process needs (picklable)."""
 
     role: str  # "writer" | "compactor" | "maintainer" | "reader"
     index: int
@@ -94,8 +95,6 @@ def main(spec: ActorSpec) -> None:
         format=f"%(asctime)s {spec.name}#{spec.incarnation} %(name)s %(levelname)s %(message)s",
     )  # fmt: skip
     if spec.fs_setup == "gcs":
-        import gcsfs.core
-
         for protocol in ("gs", "gcs"):
             fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
     # The parent sends SIGUSR1 to a child that does not stop, to learn where it hangs.
