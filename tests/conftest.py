@@ -3,8 +3,9 @@ Spark (``spark``: one ``local[2]`` session per test module, for the Spark layer 
 
 The server is moto's own WSGI app served by werkzeug on 127.0.0.1, wrapped in a small middleware that records
 every request before moto answers it. Tests use the log to pin the storage cost of an operation, e.g. "an idle
-sensor poke costs exactly one request". moto's ``ThreadedMotoServer`` has no hook for wrapping its app, so
-this file builds the same server itself.
+sensor poke costs exactly one request". The same middleware injects server-side faults when a test switches
+them on (``S3Server.faults``: the chaos test). moto's ``ThreadedMotoServer`` has no hook for wrapping its app,
+so this file builds the same server itself.
 
 moto keeps its S3 state in process-wide backends: a test that also enters ``moto.mock_aws()`` resets them, and
 with them every bucket this server holds.
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -111,6 +114,96 @@ class RequestLog:
         return self.count()
 
 
+class ServerFaults:
+    """Faults the middleware injects into one bucket's requests while switched on (off by default).
+
+    Each request draws, from one seeded generator, at most one of:
+
+    - ``error_before``: answer 500 InternalError without passing the request to moto (nothing happened);
+    - ``dropped_response``: let moto apply a mutating request (PUT, POST, DELETE), then answer 500 instead
+      of its response, as when a connection drops after S3 committed the write (a lost acknowledgement);
+    - ``slow``: wait 50-500 ms before handling the request.
+
+    Clients retry 500s (botocore does, as against AWS), so a dropped PUT with ``If-None-Match: *`` comes back
+    as 412 on its own object: the commit protocol must recognise it. Request arrival order depends on
+    threads, so the seed fixes the rates and the draws, not which request gets which fault.
+    """
+
+    KINDS = ("error_before", "dropped_response", "slow")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bucket: str | None = None
+        self._rates: dict[str, float] = {}
+        self._rng = random.Random(0)
+        self.counts: Counter[str] = Counter()
+
+    def start(self, bucket: str, seed: int, **rates: float) -> None:
+        unknown = set(rates) - set(self.KINDS)
+        if unknown:
+            raise ValueError(f"unknown server fault kinds {sorted(unknown)}; known: {self.KINDS}")
+        with self._lock:
+            self._bucket, self._rates, self._rng = bucket, dict(rates), random.Random(seed)
+            self.counts = Counter()
+
+    def stop(self) -> Counter[str]:
+        """Switch faults off; return how many of each were injected."""
+        with self._lock:
+            self._bucket = None
+            return Counter(self.counts)
+
+    def draw(self, method: str, bucket: str) -> tuple[str | None, float]:
+        """The fault for one request (or None) and, for ``slow``, the delay in seconds."""
+        with self._lock:
+            if self._bucket is None or bucket != self._bucket:
+                return None, 0.0
+            x = self._rng.random()
+            for kind in self.KINDS:
+                rate = self._rates.get(kind, 0.0)
+                if kind == "dropped_response" and method not in ("PUT", "POST", "DELETE"):
+                    continue
+                if x < rate:
+                    self.counts[kind] += 1
+                    return kind, self._rng.uniform(0.05, 0.5) if kind == "slow" else 0.0
+                x -= rate
+            return None, 0.0
+
+
+_INTERNAL_ERROR = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
+    b"<Message>We encountered an internal error (injected by the test server). Please try again.</Message>"
+    b"<RequestId>injected</RequestId></Error>"
+)
+
+
+def _internal_error(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    # Read the request body first: an unread body would be taken for the next request on a kept-alive
+    # connection.
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    if length:
+        environ["wsgi.input"].read(length)
+    headers = [("Content-Type", "application/xml"), ("Content-Length", str(len(_INTERNAL_ERROR)))]
+    start_response("500 Internal Server Error", [*headers, ("Connection", "close")])
+    return [] if environ["REQUEST_METHOD"] == "HEAD" else [_INTERNAL_ERROR]
+
+
+def _drop_response(app: Any, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    """Run ``app`` to the end (its effects land), then answer 500 instead of what it said."""
+
+    def discard(status: str, headers: list, exc_info: Any = None) -> Callable[[bytes], None]:
+        return lambda data: None
+
+    body = app(environ, discard)
+    try:
+        for _ in body:
+            pass
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    return _internal_error({**environ, "CONTENT_LENGTH": "0"}, start_response)
+
+
 @dataclass(frozen=True)
 class S3Server:
     endpoint_url: str
@@ -121,6 +214,7 @@ class S3Server:
     # For deltalake / delta-rs (object_store keys). No AWS_S3_ALLOW_UNSAFE_RENAME: deltalake 1.6 commits with
     # conditional put (If-None-Match: *), which moto enforces, so concurrent writers are safe here as on AWS.
     delta_storage_options: dict[str, str]
+    faults: ServerFaults = field(default_factory=ServerFaults)
 
     def client(self) -> Any:
         """A boto3 S3 client for this server."""
@@ -141,7 +235,7 @@ class S3Server:
         return fsspec.filesystem("s3", **self.storage_options)
 
 
-def _serve(log: RequestLog) -> tuple[Any, threading.Thread]:
+def _serve(log: RequestLog, faults: ServerFaults) -> tuple[Any, threading.Thread]:
     from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
@@ -151,7 +245,15 @@ def _serve(log: RequestLog) -> tuple[Any, threading.Thread]:
         path = environ.get("PATH_INFO", "")
         if not path.startswith("/moto-api"):
             headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k[:5] == "HTTP_"}
-            log.record(S3Request(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers))
+            request = S3Request(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers)
+            log.record(request)
+            fault, delay = faults.draw(request.method, request.bucket)
+            if fault == "slow":
+                time.sleep(delay)
+            elif fault == "error_before":
+                return _internal_error(environ, start_response)
+            elif fault == "dropped_response":
+                return _drop_response(moto_app, environ, start_response)
         return moto_app(environ, start_response)
 
     class QuietHandler(MotoRequestHandler):
@@ -205,7 +307,8 @@ def s3_server() -> Iterator[S3Server]:
         _isolate_aws_env(mp)
         _atomic_conditional_puts(mp)
         log = RequestLog()
-        server, thread = _serve(log)
+        faults = ServerFaults()
+        server, thread = _serve(log, faults)
         endpoint = f"http://127.0.0.1:{server.server_port}"
         try:
             yield S3Server(
@@ -224,6 +327,7 @@ def s3_server() -> Iterator[S3Server]:
                     "AWS_REGION": REGION,
                     "AWS_ALLOW_HTTP": "true",
                 },
+                faults=faults,
             )
         finally:
             # moto's documented reset drops every bucket, so no state outlives the session.
