@@ -20,9 +20,11 @@ import pyarrow.parquet as pq
 
 from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
 from .arrow_utils import encode_uri_paths
+from .errors import CorruptLogError
 from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from .properties import bool_property
 from .protocol import check_write_supported, writer_features
+from .storage import LogStore
 
 if TYPE_CHECKING:
     from .replay import TableState
@@ -220,6 +222,7 @@ def write_checkpoint(
         )
         data = _parquet_bytes(chunk)
         store.write_replace(store.log_file(name), data)
+        _verify_written(store, store.log_file(name), chunk.num_rows)
         written += len(data)
     pointer = LastCheckpoint(
         version=snap.version,
@@ -254,6 +257,7 @@ def _write_v2(table: DeltaTable, snap: Snapshot, n_sidecars: int) -> LastCheckpo
         name = f"{uuid.uuid4()}.parquet"
         path = store.log_file(f"_sidecars/{name}")
         store.write_replace(path, data)
+        _verify_written(store, path, min(rows_per, file_rows.num_rows - i * rows_per))
         sidecars.append(
             {"path": name, "sizeInBytes": len(data), "modificationTime": store.info(path).modification_time}
         )
@@ -272,15 +276,39 @@ def _write_v2(table: DeltaTable, snap: Snapshot, n_sidecars: int) -> LastCheckpo
     extra = extra.set_column(extra.column_names.index("sidecar"), "sidecar", side_col)
     final = pa.concat_tables([top, extra])
     data = _parquet_bytes(final)
-    store.write_replace(store.log_file(f"{snap.version:020d}.checkpoint.{uuid.uuid4()}.parquet"), data)
+    name = f"{snap.version:020d}.checkpoint.{uuid.uuid4()}.parquet"
+    store.write_replace(store.log_file(name), data)
+    _verify_written(store, store.log_file(name), final.num_rows)
+    top = {
+        "path": name,
+        "sizeInBytes": len(data),
+        "modificationTime": store.info(store.log_file(name)).modification_time,
+    }
     pointer = LastCheckpoint(
         version=snap.version,
         size=final.num_rows + file_rows.num_rows,
         size_in_bytes=len(data) + sum(s["sizeInBytes"] for s in sidecars),
         num_of_add_files=snap.files.num_rows,
+        # Names the top-level file, so a reader prefers it to any other V2 checkpoint of the same version.
+        raw={"v2Checkpoint": top},
     )
     _point_to(table, pointer)
     return pointer
+
+
+def _verify_written(store: LogStore, path: str, rows: int) -> None:
+    """Read back the footer of a checkpoint file just written: ``_last_checkpoint`` only ever points at a
+    checkpoint whose every file is there, whole, with the rows written (a store that lost or cut a write
+    would otherwise leave readers a checkpoint they must skip, and cleanup one it must not cut at)."""
+    try:
+        with store.open_input_file(path) as fh:
+            found = pq.read_metadata(fh).num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptLogError(
+            f"the checkpoint file just written cannot be read back: {exc}", path=path
+        ) from exc
+    if found != rows:
+        raise CorruptLogError(f"the checkpoint file just written holds {found} rows, not {rows}", path=path)
 
 
 def _point_to(table: DeltaTable, pointer: LastCheckpoint) -> None:

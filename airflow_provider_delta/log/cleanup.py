@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from .properties import LOG_RETENTION, bool_property, interval_property_ms
 from .protocol import check_write_supported
+from .replay import CheckpointReadError, check_checkpoint
 from .segment import CLASSIC_RE, COMMIT_RE, MULTI_RE, V2_RE, group_checkpoints
 from .snapshot import load_snapshot
 from .storage import FileMeta, LogStore, delete_files, mtime_of
@@ -64,9 +65,8 @@ def cleanup_expired_logs(
     retention = interval_property_ms(config, LOG_RETENTION) if retention_ms is None else int(retention_ms)
     cutoff = _midnight_utc(now - (retention or 0))
     files = store.list_log(0)
-    boundary = cutoff_checkpoint(files, cutoff)
+    boundary = readable_boundary(store, files, cutoff, snap.version)
     if boundary is None:
-        log.info("no checkpoint of %s is old enough to clean up the log before it", store.uri)
         return []
     names = expired_files(files, boundary, cutoff)
     # Oldest first, one batch at a time: an interruption leaves a suffix of the log.
@@ -89,20 +89,64 @@ def _midnight_utc(ms: int) -> int:
     return ms - ms % _DAY_MS
 
 
+def readable_boundary(store: LogStore, files: list[FileMeta], cutoff: int, latest: int) -> int | None:
+    """The version to clean up to: the newest checkpoint at or before the cut-off commit that the reader
+    can read completely (``check_checkpoint``: every part and sidecar, schema, ``checkpointMetadata``),
+    followed by every commit up to ``latest``. ``None``, with the reason logged, when there is none: then
+    nothing is deleted, so the latest version stays reconstructable whatever state a crashed writer left.
+    """
+    commit = cutoff_commit(files, cutoff)
+    if commit is None:
+        log.info("no commit of %s is old enough to clean up the log before it", store.uri)
+        return None
+    commits = {v for f in files if (v := _version(COMMIT_RE, f.name)) is not None}
+    for version, candidates in sorted(group_checkpoints(files).items(), reverse=True):
+        if version > commit:
+            continue
+        if missing := [v for v in range(version + 1, latest + 1) if v not in commits][:1]:
+            log.warning(
+                "log cleanup of %s deletes nothing: commit %d is missing after checkpoint %d, so the log "
+                "before it may be needed",
+                store.uri,
+                missing[0],
+                version,
+            )
+            return None
+        for cp in candidates:
+            try:
+                check_checkpoint(store, cp)
+            except CheckpointReadError as exc:
+                log.warning("log cleanup of %s: not cutting at checkpoint %d, it cannot be read: %s",
+                            store.uri, version, exc)  # fmt: skip
+                continue
+            return version
+    log.warning(
+        "log cleanup of %s deletes nothing: no readable checkpoint at or before commit %d", store.uri, commit
+    )
+    return None
+
+
 def cutoff_checkpoint(files: list[FileMeta], cutoff: int) -> int | None:
-    """Version of the newest complete checkpoint at or before the newest commit not newer than ``cutoff``."""
+    """Version of the newest complete checkpoint at or before the newest commit not newer than ``cutoff``
+    (complete by name: every part is listed; ``readable_boundary`` also reads it)."""
+    commit = cutoff_commit(files, cutoff)
+    if commit is None:
+        return None
+    return max((v for v in group_checkpoints(files) if v <= commit), default=None)
+
+
+def cutoff_commit(files: list[FileMeta], cutoff: int) -> int | None:
+    """The newest commit not newer than ``cutoff``, commit times first made increasing (as Delta Spark)."""
     commits = sorted(
         (v, f.modification_time) for f in files if (v := _version(COMMIT_RE, f.name)) is not None
     )
-    cutoff_commit, previous = None, None
+    newest, previous = None, None
     for version, mtime in commits:
         adjusted = mtime if previous is None else max(mtime, previous + 1)
         if adjusted > cutoff:
             break
-        cutoff_commit, previous = version, adjusted
-    if cutoff_commit is None:
-        return None
-    return max((v for v in group_checkpoints(files) if v <= cutoff_commit), default=None)
+        newest, previous = version, adjusted
+    return newest
 
 
 def expired_files(files: list[FileMeta], boundary: int, cutoff: int) -> list[str]:

@@ -36,7 +36,7 @@ from .commit_json import parse_json_actions, struct_to_table
 from .errors import CorruptLogError
 from .properties import check_properties
 from .schema import check_partition_columns, column_mapping_mode, parse_schema_string
-from .segment import LogSegment
+from .segment import Checkpoint, LogSegment
 from .storage import FileMeta, LogStore
 
 _KEY_SEP = "\x00"  # separates path and deletion-vector id in a file's reconciliation key
@@ -68,6 +68,7 @@ class Actions:
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
     commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
     sidecars: list[str] = field(default_factory=list)
+    checkpoint_metadata: list[dict[str, Any]] = field(default_factory=list)
     fields: FileFields = ALL_FILE_FIELDS
     protocol_origin: Origin | None = None
     metadata_origin: Origin | None = None
@@ -94,6 +95,8 @@ class Actions:
         elif name == "sidecar":
             check_sidecar(body)
             self.sidecars.append(body["path"])
+        elif name == "checkpointMetadata":
+            self.checkpoint_metadata.append(body)
 
 
 @dataclass(frozen=True)
@@ -112,30 +115,51 @@ class TableState:
 
 
 # -- checkpoints ----------------------------------------------------------------------------------------
-_CHECKPOINT_COLUMNS = ("add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar")
+_CHECKPOINT_COLUMNS = (
+    "add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar", "checkpointMetadata"
+)  # fmt: skip
+_SIDECAR_COLUMNS = ("add", "remove")
 _BATCH_ROWS = 65_536
 
 
 def _read_parquet(
-    acc: Actions, store: LogStore, path: str, wanted: tuple[str, ...], version: int, touched: pa.Array | None
+    acc: Actions,
+    store: LogStore,
+    path: str,
+    wanted: tuple[str, ...],
+    version: int,
+    touched: pa.Array | None,
+    *,
+    sidecar: bool = False,
 ) -> None:
     """Stream one checkpoint Parquet file into ``acc``, batch by batch.
 
     Files that a later commit touches are dropped per batch, so the whole checkpoint is never held twice:
-    a checkpoint of millions of files costs about one copy of its live file list.
+    a checkpoint of millions of files costs about one copy of its live file list. A sidecar must have the
+    checkpoint schema's ``add``/``remove`` structs: any other file there would otherwise read as "no files".
     """
     try:
         if store.protocol in ("file", "local"):
             pf = pq.ParquetFile(path)
         else:
             pf = pq.ParquetFile(store.open_input_file(path))
-        columns = _projected_columns(pf.schema_arrow, wanted, acc.fields)
+        schema = pf.schema_arrow
+        if sidecar and not any(
+            n in schema.names and pa.types.is_struct(schema.field(n).type) for n in _SIDECAR_COLUMNS
+        ):
+            raise CheckpointReadError(
+                f"sidecar {path} is not a checkpoint file: it has no add or remove struct column "
+                f"(columns: {', '.join(schema.names[:10])})"
+            )
+        columns = _projected_columns(schema, wanted, acc.fields)
         # A projected read decodes a few small columns: decoding threads gain nothing there (0.18-0.21 s
         # without them, 0.23-0.60 s with, for the paths of 1,000,000 adds) and each thread's allocator heap
         # keeps 10-15 MiB after it. A full read keeps them: its stats columns are worth decoding in parallel.
         threads = acc.fields.complete
         for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=threads):
             apply_checkpoint_batch(acc, batch, version, touched, path)
+    except CheckpointReadError:
+        raise
     except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
         raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
 
@@ -159,7 +183,7 @@ def apply_checkpoint_batch(
     acc: Actions, batch: pa.RecordBatch, version: int, touched: pa.Array | None, path: str = "checkpoint"
 ) -> None:
     names = batch.schema.names
-    for name in ("protocol", "metaData", "txn", "domainMetadata", "sidecar"):
+    for name in ("protocol", "metaData", "txn", "domainMetadata", "sidecar", "checkpointMetadata"):
         if name in names:
             col = batch.column(name)
             if col.null_count < len(col):
@@ -205,31 +229,78 @@ def _check_utf8(actions: pa.StructArray, kind: str, path: str) -> None:
 def read_checkpoint(
     acc: Actions, store: LogStore, segment: LogSegment, touched: pa.Array | None = None
 ) -> None:
-    """Read the segment's checkpoint into ``acc``, leaving out files whose keys are in ``touched``."""
+    """Read the segment's checkpoint into ``acc``, leaving out files whose keys are in ``touched``.
+
+    A checkpoint is used only when it is complete and valid (``CheckpointReadError`` otherwise, and the
+    reader falls back to an older checkpoint or the JSON commits): every file readable, exactly one
+    protocol and one metaData, and for a V2 checkpoint exactly one ``checkpointMetadata`` of its own version
+    and every sidecar present with the checkpoint schema ("V2 Checkpoint", "Sidecar Files"). A file that
+    is not what it claims is never read as "no actions".
+    """
     cp = segment.checkpoint
     if cp is None:
         return
     for f in cp.files:
         path = store.log_file(f.name)
         if f.name.endswith(".json"):
-            try:
-                data = store.read_log_file(f.name)
-            except OSError as exc:
-                raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
-            try:
-                parse_json_actions(acc, [(cp.version, path, data)])
-            except CorruptLogError as exc:
-                raise CheckpointReadError(str(exc)) from exc
-            keep = (lambda t: t) if touched is None else (lambda t: _drop_keys(t, touched))
-            acc.adds = [keep(t.drop_columns(["_version"])) for t in acc.adds]
-            acc.removes = [keep(t.drop_columns(["_version"])) for t in acc.removes]
+            _read_json_checkpoint(acc, store, path, f.name, cp.version, touched)
         else:
             _read_parquet(acc, store, path, _CHECKPOINT_COLUMNS, cp.version, touched)
+    where = f"checkpoint {', '.join(store.log_file(n) for n in cp.names)}"
+    if acc.protocol is None or acc.metadata is None:
+        missing = " and ".join(
+            n for n, a in (("protocol", acc.protocol), ("metaData", acc.metadata)) if a is None
+        )
+        raise CheckpointReadError(f"{where} holds no {missing} action: it is not a complete checkpoint")
+    _check_checkpoint_metadata(acc, cp.kind == "v2", cp.version, where)
     # V2 checkpoints keep their file actions in sidecar files ("V2 Checkpoint", "Sidecar Files").
     for rel in acc.sidecars:
         path = store.log_file(posixpath.join("_sidecars", rel)) if "/" not in rel else _resolve(store, rel)
-        _read_parquet(acc, store, path, ("add", "remove"), cp.version, touched)
+        _read_parquet(acc, store, path, _SIDECAR_COLUMNS, cp.version, touched, sidecar=True)
     acc.sidecars.clear()
+
+
+def _read_json_checkpoint(
+    acc: Actions, store: LogStore, path: str, name: str, version: int, touched: pa.Array | None
+) -> None:
+    try:
+        data = store.read_log_file(name)
+    except OSError as exc:
+        raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
+    try:
+        parse_json_actions(acc, [(version, path, data)])
+    except CorruptLogError as exc:
+        raise CheckpointReadError(str(exc)) from exc
+    keep = (lambda t: t) if touched is None else (lambda t: _drop_keys(t, touched))
+    acc.adds = [keep(t.drop_columns(["_version"])) for t in acc.adds]
+    acc.removes = [keep(t.drop_columns(["_version"])) for t in acc.removes]
+
+
+def _check_checkpoint_metadata(acc: Actions, v2: bool, version: int, where: str) -> None:
+    """A V2 checkpoint carries exactly one ``checkpointMetadata`` naming its own version; a stale copy of
+    another version's checkpoint under this name must not be trusted ("V2 Checkpoint")."""
+    found = acc.checkpoint_metadata
+    if not v2 and not found and not acc.sidecars:
+        return
+    if len(found) != 1:
+        raise CheckpointReadError(
+            f"{where} holds {len(found)} checkpointMetadata actions; a V2 checkpoint has one"
+        )
+    claimed = found[0].get("version")
+    if not isinstance(claimed, int) or isinstance(claimed, bool) or claimed != version:
+        raise CheckpointReadError(
+            f"{where} is named for version {version} but its checkpointMetadata says version {claimed!r}"
+        )
+    acc.checkpoint_metadata.clear()
+
+
+def check_checkpoint(
+    store: LogStore, checkpoint: Checkpoint, fields: FileFields = ALL_FILE_FIELDS
+) -> TableState:
+    """Read ``checkpoint`` whole, as the reader would, and return its state; ``CheckpointReadError`` when it
+    is not a complete, valid checkpoint. The one notion of "valid" for the reader, log cleanup's cut-off
+    and checkpoint writers (see ``read_checkpoint``)."""
+    return replay(store, LogSegment(checkpoint.version, checkpoint, ()), [], fields)
 
 
 def _resolve(store: LogStore, rel: str) -> str:

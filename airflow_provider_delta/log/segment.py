@@ -7,6 +7,7 @@ into state. Spec: "Delta Log Entries", "Checkpoints", "Last Checkpoint File".
 from __future__ import annotations
 
 import logging
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import NoReturn
@@ -121,6 +122,41 @@ def group_checkpoints(files: list[FileMeta]) -> dict[int, list[Checkpoint]]:
     return found
 
 
+# Checkpoints a reader found unreadable: their file names, or whole versions.
+Exclusions = frozenset[int | tuple[str, ...]]
+
+
+def _touches(exclude: Exclusions, version: int) -> bool:
+    return version in exclude or any(isinstance(e, tuple) and _version_of(e) == version for e in exclude)
+
+
+def _version_of(names: tuple[str, ...]) -> int:
+    return int(names[0][:20])
+
+
+def _newest_usable(
+    checkpoints: dict[int, list[Checkpoint]], target: int, exclude: Exclusions, hint: LastCheckpoint | None
+) -> Checkpoint | None:
+    """The newest checkpoint at or before ``target`` not excluded. At one version, the V2 checkpoint that
+    ``_last_checkpoint`` names comes first (a stale copy beside it must not win by name order)."""
+    for v in sorted((v for v in checkpoints if v <= target and v not in exclude), reverse=True):
+        candidates = [c for c in checkpoints[v] if c.names not in exclude]
+        if not candidates:
+            continue
+        named = _named_v2(hint) if hint is not None and hint.version == v else None
+        candidates.sort(key=lambda c: c.names != (named,))
+        return candidates[0]
+    return None
+
+
+def _named_v2(hint: LastCheckpoint) -> str | None:
+    """The file name of the V2 checkpoint ``_last_checkpoint`` points at, if it says ("Last Checkpoint File":
+    ``v2Checkpoint.path``)."""
+    v2 = hint.raw.get("v2Checkpoint")
+    path = v2.get("path") if isinstance(v2, dict) else None
+    return posixpath.basename(path) if isinstance(path, str) else None
+
+
 def read_last_checkpoint(store: LogStore) -> LastCheckpoint | None:
     try:
         data = store.read_log_file(LAST_CHECKPOINT)
@@ -135,37 +171,46 @@ def read_last_checkpoint(store: LogStore) -> LastCheckpoint | None:
 class SegmentBuilder:
     """Lists the log (as little as possible) and picks the files for a version.
 
-    ``exclude`` holds checkpoint versions that proved unreadable, so a rebuild skips them and falls back
-    to an older checkpoint or to the JSON commits.
+    ``exclude`` holds checkpoints that proved unreadable (their file names, or whole versions), so a
+    rebuild tries another checkpoint of the same version, then an older one, then the JSON commits.
     """
 
     def __init__(self, store: LogStore) -> None:
         self.store = store
 
-    def build(self, version: int | None = None, exclude: frozenset[int] = frozenset()) -> LogSegment:
+    def build(self, version: int | None = None, exclude: Exclusions = frozenset()) -> LogSegment:
         if version is not None and not 0 <= version <= MAX_VERSION:
             raise VersionNotFoundError(f"version {version} does not exist in {self.store.uri}")
         hint = read_last_checkpoint(self.store)
         start = 0
-        if hint is not None and hint.version not in exclude and (version is None or hint.version <= version):
+        if (
+            hint is not None
+            and not _touches(exclude, hint.version)
+            and (version is None or hint.version <= version)
+        ):
             start = hint.version
         elif version is not None:
             start = max(0, version - _BACKWARD_CHUNK)
         files = self.store.list_log(start)
         _warn_out_of_range(self.store, files)
-        segment = self._select(files, version, exclude, start)
+        segment = self._select(files, version, exclude, start, hint)
         if segment is None and start > 0:
             # The hint was stale, or no checkpoint lies in the window: list the whole log, once. Stepping
             # back window by window would cost a listing per window, and a number of windows proportional
             # to the version asked for (or named by a stray file), not to the files there are.
             files = self.store.list_log(0)
-            segment = self._select(files, version, exclude, 0)
+            segment = self._select(files, version, exclude, 0, hint)
         if segment is None:
             self._raise_unreconstructable(files, version)
         return segment
 
     def _select(
-        self, files: list[FileMeta], version: int | None, exclude: frozenset[int], start: int
+        self,
+        files: list[FileMeta],
+        version: int | None,
+        exclude: Exclusions,
+        start: int,
+        hint: LastCheckpoint | None = None,
     ) -> LogSegment | None:
         commits = {v: f for f in files if (v := commit_version(f.name)) is not None}
         checkpoints = group_checkpoints(files)
@@ -178,8 +223,7 @@ class SegmentBuilder:
             raise VersionNotFoundError(
                 f"version {target} does not exist in {self.store.uri}", earliest=earliest, latest=latest
             )
-        usable = [v for v in checkpoints if v <= target and v not in exclude]
-        cp = checkpoints[max(usable)][0] if usable else None
+        cp = _newest_usable(checkpoints, target, exclude, hint)
         first_commit = cp.version + 1 if cp else 0
         if cp is None and start > 0:
             return None  # no checkpoint in this window: the commits before `start` are needed too

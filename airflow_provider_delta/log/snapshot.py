@@ -138,7 +138,7 @@ def load_snapshot(
         ``delta.deletedFileRetentionDuration`` (VACUUM applies a retention of its own).
     """
     builder = SegmentBuilder(store)
-    excluded: set[int] = set()
+    excluded: set[int | tuple[str, ...]] = set()
     broken: list[CheckpointReadError] = []
     relists = transient = 0
     while True:
@@ -162,7 +162,7 @@ def load_snapshot(
                 relists = _relist(store, relists, exc)
                 continue
             log.warning("%s; falling back to an older checkpoint or the JSON log", exc)
-            excluded.add(segment.checkpoint.version)
+            excluded.add(segment.checkpoint.names)
             broken.append(exc)
             if len(excluded) > _MAX_CHECKPOINT_FALLBACKS:
                 raise CorruptLogError(

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .actions import FileFields
-from .replay import CheckpointReadError, TableState, replay
-from .segment import Checkpoint, LogSegment, commit_name, group_checkpoints
+from .replay import CheckpointReadError, TableState, check_checkpoint
+from .segment import Checkpoint, commit_name, group_checkpoints
 from .storage import FileMeta, LogStore
 
 # What the effects check reads of a checkpoint: the reconciliation keys of file actions (and the small
@@ -85,7 +85,7 @@ def check_visible(
         return Visibility(True)
     cp = unsure[0]
     try:
-        state = replay(store, LogSegment(cp.version, cp, ()), [], EFFECT_FIELDS)
+        state = check_checkpoint(store, cp, EFFECT_FIELDS)
     except CheckpointReadError as exc:
         return Visibility(None, f"checkpoint {cp.version} raced this commit and cannot be read ({exc})")
     if effects_in(state):

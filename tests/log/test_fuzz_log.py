@@ -3,10 +3,10 @@
 Seeds are real logs (``fuzz_seeds``); each case applies one to three structure-aware mutations
 (``fuzz_mutations``, drawn by ``fuzz_strategies``) to a copy, then reads the table as a user would:
 ``snapshot()``, the values a snapshot promises (schema, typed partition values, stats),
-``snapshot(version=...)``, ``history()``, and ``checkpoint()`` followed by a re-read that must give the
-same state. The only failure allowed is a ``DeltaError`` whose message names the table (or, for a
-partition value, the data file); no case may run past ``DELTA_FUZZ_DEADLINE_S`` (a hang, or work
-proportional to a version number).
+``snapshot(version=...)``, ``history()``, log cleanup (zero retention, clock two days ahead) and
+``checkpoint()``, each followed by a re-read that must give the same state. The only failure allowed
+is a ``DeltaError`` whose message names the table (or, for a partition value, the data file); no case
+may run past ``DELTA_FUZZ_DEADLINE_S`` (a hang, or work proportional to a version number).
 
 Budget and reproduction: ``DELTA_FUZZ_EXAMPLES`` cases (300 by default, 12-35 s; ``make fuzz`` runs
 thousands); without ``DELTA_FUZZ_SEED`` the run is derandomized (the same cases every time), with it the
@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,16 @@ def read_every_way(root: Path, version_pick: int) -> Verdict:
     version = versions[version_pick % len(versions)]
     v.step(f"snapshot(version={version})", lambda: DeltaTable(table).snapshot(version=version))
     v.step("history()", lambda: DeltaTable(table).history())
+    # Log cleanup decides from exactly what the reader reconstructs: whatever the mutation left (a broken
+    # newest checkpoint, a foreign sidecar, a stale copy), a readable latest version stays readable and
+    # the same after it, whether it deleted anything or refused by name.
+    now = int(time.time() * 1000) + 2 * 86_400_000
+    v.step(
+        "cleanup_expired_logs()", lambda: DeltaTable(table).cleanup_expired_logs(retention_ms=0, now_ms=now)
+    )
+    cleaned = v.step("snapshot() after cleanup", lambda: DeltaTable(table).snapshot())
+    if v.bad is None and (cleaned is None or state(cleaned) != state(snap)):
+        v.bad = "log cleanup turned the readable latest version into an unreadable or different one"
     # A mutation may leave a directory where the checkpoint writes (``_last_checkpoint``): the filesystem
     # refuses, and says where.
     written = v.step("checkpoint()", lambda: DeltaTable(table).checkpoint(), io_error=IsADirectoryError)
