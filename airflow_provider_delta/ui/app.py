@@ -158,20 +158,44 @@ def _read(entry: catalog.KnownTable):
         except (MissingExtraError, DeltaError) as exc:
             raise PageError(500, "Cannot read the table", _redact(f"{type(exc).__name__}: {exc}", secrets),
                             uri=entry.uri) from None  # fmt: skip
-        except (PermissionError, OSError, ValueError) as exc:
-            # Storage said no (HTTP 403 surfaces as PermissionError/OSError in fsspec backends), or the
-            # connection itself is unusable.
+        except Exception as exc:
+            if not _denied(exc):
+                raise
+            # Storage said no: PermissionError from s3fs/gcsfs, an Azure ClientAuthenticationError, ...
             message = _redact(f"{type(exc).__name__}: {exc}", secrets)
             log.warning("Delta view: cannot read %s with %s: %s", entry.uri, where, message)
             raise PageError(403, "Access denied", f"Reading {entry.uri} with {where} failed: {message}",
                             "Check the connection's credentials and the storage's permissions for this "
                             "table.", entry.uri) from None  # fmt: skip
+
+    def guarded(selected: int | None) -> TableView:
+        try:
+            return read(selected)
+        except PageError:
+            raise
         except Exception as exc:  # anything else: one clear line, never a stack trace on the page
-            message = _redact(f"{type(exc).__name__}: {exc}", secrets)
-            log.warning("Delta view: cannot read %s with %s: %s", entry.uri, where, message)
+            message = _redact(f"{type(exc).__name__}: {exc}", _secrets(entry.conn_id))
+            log.warning("Delta view: cannot read %s: %s", entry.uri, message)
             raise PageError(500, "Cannot read the table", message, uri=entry.uri) from None
 
-    return read
+    return guarded
+
+
+_DENIED_WORDS = (
+    "AccessDenied", "Forbidden", "AuthenticationFailed", "AuthorizationFailure", "InvalidAccessKeyId",
+    "SignatureDoesNotMatch", "Unauthorized",
+)  # fmt: skip
+
+
+def _denied(exc: BaseException) -> bool:
+    """Whether storage refused the connection's credentials (each fsspec backend says it its own way)."""
+    if isinstance(exc, PermissionError):
+        return True
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    if status in (401, 403):
+        return True
+    text = f"{type(exc).__name__} {exc}"
+    return any(word in text for word in _DENIED_WORDS)
 
 
 def _table(entry: catalog.KnownTable) -> DeltaTable:
