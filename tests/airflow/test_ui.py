@@ -123,11 +123,12 @@ def _azurite_table(workdir: Path) -> tuple[subprocess.Popen, str, str]:
 
     from airflow_provider_delta.log import DeltaTable
 
-    good = f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+    good = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={endpoint};")  # fmt: skip
     fsspec.filesystem("abfs", connection_string=good, skip_instance_cache=True).mkdir("delta-ui")
     uri = "abfs://delta-ui/locked"
-    DeltaTable.create(uri, {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True,
-                                                          "metadata": {}}]}, storage_options={"connection_string": good})  # fmt: skip
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+    DeltaTable.create(uri, schema, storage_options={"connection_string": good})
     return proc, uri, endpoint
 
 
@@ -162,8 +163,8 @@ def deployment(airflow_db: Path, tmp_path_factory) -> Iterator[Deployment]:
             azurite, locked, endpoint = _azurite_table(work)
             wrong = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={WRONG_KEY};"
                      f"BlobEndpoint={endpoint};")  # fmt: skip
-            _add_connection("delta_azure_wrong_key",
-                            extra=json.dumps({"storage_options": {"connection_string": wrong}, "tables": locked}))  # fmt: skip
+            extra = {"storage_options": {"connection_string": wrong}, "tables": locked}
+            _add_connection("delta_azure_wrong_key", extra=json.dumps(extra))
 
             password = secrets.token_urlsafe(12)
             passwords = work / "passwords.json"
@@ -258,7 +259,8 @@ def test_a_person_follows_the_task_link_to_the_table_at_its_version(deployment, 
         link.wait_for(timeout=60_000)
     except Exception:
         page.screenshot(path=str(tmp_path / "task-instance.png"))
-        raise AssertionError(f"no 'Delta table' link on {page.url}; see {tmp_path / 'task-instance.png'}")
+        shot = tmp_path / "task-instance.png"
+        raise AssertionError(f"no 'Delta table' link on {page.url}; see {shot}") from None
     # Relative: the tasks ran without [api] base_url (the server has it); the UI opens it on its own origin.
     assert link.get_attribute("href") == _page(deployment, deployment.events, 2)
     link.click()
@@ -266,7 +268,8 @@ def test_a_person_follows_the_task_link_to_the_table_at_its_version(deployment, 
 
     versions = page.locator("#versions tr[data-version]")
     assert versions.count() == 6  # create, three days, VACUUM START and END
-    assert [int(v) for v in versions.evaluate_all("rows => rows.map(r => r.dataset.version)")] == [5, 4, 3, 2, 1, 0]
+    shown = versions.evaluate_all("rows => rows.map(r => Number(r.dataset.version))")
+    assert shown == [5, 4, 3, 2, 1, 0]
     selected = page.locator("#versions tr.selected")
     assert selected.get_attribute("data-version") == "2"
     assert "WRITE" in selected.inner_text() and "delta_ingest" in selected.inner_text()
