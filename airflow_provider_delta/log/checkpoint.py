@@ -22,7 +22,7 @@ from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
 from .arrow_utils import encode_uri_paths
 from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from .properties import bool_property
-from .protocol import writer_features
+from .protocol import check_write_supported, writer_features
 
 if TYPE_CHECKING:
     from .replay import TableState
@@ -183,6 +183,8 @@ def write_checkpoint(
     """
     snap = table.snapshot(version)
     store = table.store
+    # A checkpoint is written state: the writer must implement every writer feature ("Table Features").
+    check_write_supported(snap.protocol, uses_identity=False, where=f"checkpoint of {store.uri}")
     cfg = snap.metadata.configuration
     size_limit = part_size or int(cfg.get("delta.checkpoint.partSize", DEFAULT_PART_SIZE))
     # A table with the v2Checkpoint feature gets V2 checkpoints (UUID-named, checkpointMetadata, sidecars).

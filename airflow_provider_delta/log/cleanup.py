@@ -26,6 +26,7 @@ from urllib.parse import unquote
 import pyarrow.parquet as pq
 
 from .properties import LOG_RETENTION, bool_property, interval_property_ms
+from .protocol import check_write_supported
 from .segment import CLASSIC_RE, COMMIT_RE, MULTI_RE, V2_RE, group_checkpoints
 from .snapshot import load_snapshot
 from .storage import FileMeta, LogStore, delete_files, mtime_of
@@ -52,7 +53,10 @@ def cleanup_expired_logs(
     :param retention_ms: overrides ``delta.logRetentionDuration`` (default 30 days).
     """
     store = table.store
-    config = load_snapshot(store).configuration
+    snap = load_snapshot(store)
+    # Deleting log files is writing to the table: only a writer of all its features may ("Table Features").
+    check_write_supported(snap.protocol, uses_identity=False, where=f"log cleanup of {store.uri}")
+    config = snap.configuration
     if not bool_property(config, ENABLE_EXPIRED_LOG_CLEANUP, default=True):
         log.info("%s is false for %s: no log cleanup", ENABLE_EXPIRED_LOG_CLEANUP, store.uri)
         return []

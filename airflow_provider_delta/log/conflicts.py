@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from .commit_info import vacuum_cutoff
 from .errors import (
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
     ConcurrentDeleteReadError,
     ConcurrentTransactionError,
+    ConcurrentVacuumError,
     CorruptLogError,
     InvalidCommitError,
     MetadataChangedError,
@@ -59,6 +61,7 @@ class WinningCommit:
     data_adds: list[dict[str, Any]] = field(default_factory=list)  # adds with dataChange=true
     removed: dict[str, Mapping[str, str | None] | None] = field(default_factory=dict)  # path -> partition
     app_ids: dict[str, int] = field(default_factory=dict)
+    vacuum_cutoff: int | None = None  # a VACUUM START: it may delete unreferenced files older than this
 
     @classmethod
     def parse(cls, version: int, data: bytes, *, path: str) -> WinningCommit:
@@ -79,6 +82,7 @@ class WinningCommit:
             self.operation = body.get("operation")
             self.txn_id = body.get("txnId")
             self.blind_append = bool(body.get("isBlindAppend"))
+            self.vacuum_cutoff = vacuum_cutoff(body)
         elif name == "protocol":
             self.changed_protocol = True
         elif name == "metaData":
@@ -121,9 +125,21 @@ def check_conflicts(
     *,
     isolation: str,
     changes_metadata: bool,
+    oldest_add_ms: int | None = None,
 ) -> None:
-    """Raise the ``ConcurrentModificationError`` subclass Delta Spark would raise, else return."""
+    """Raise the ``ConcurrentModificationError`` subclass Delta Spark would raise, else return.
+
+    Beyond Delta Spark: a concurrent ``VACUUM START`` conflicts with a commit adding files older than its
+    cut-off (``oldest_add_ms``, the oldest added file's modification time): VACUUM listed them unreferenced
+    and may be deleting them, so committing them would reference missing files.
+    """
     kw = {"winning_version": win.version, "winning_operation": win.operation}
+    if win.vacuum_cutoff is not None and oldest_add_ms is not None and oldest_add_ms < win.vacuum_cutoff:
+        raise ConcurrentVacuumError(
+            "a VACUUM started concurrently and may delete the files this transaction adds (they were written "
+            "before its cut-off and unreferenced when it listed them): write them again and retry",
+            **kw,
+        )
     if win.changed_protocol:
         raise ProtocolChangedError("the protocol of the table changed since this transaction read it", **kw)
     if win.changed_metadata:

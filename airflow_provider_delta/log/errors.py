@@ -27,6 +27,31 @@ class CorruptLogError(DeltaError):
         self.line = line
 
 
+class DeletionVectorError(CorruptLogError):
+    """A deletion vector cannot be read ("Deletion Vectors"): its file is missing or cut short, its size
+    prefix, checksum, format version, magic number or cardinality disagree with its descriptor, or its bitmap
+    is malformed. A reader that went on would return rows the table deleted, so it must stop.
+
+    ``dv_file`` names where the vector is (a file and offset, or ``inline``), ``data_file`` the data file
+    it belongs to (when the caller said); both are in the message. ``reason`` is the message without them.
+    """
+
+    def __init__(self, reason: str, *, dv_file: str | None = None, data_file: str | None = None) -> None:
+        where = [f"deletion vector {dv_file}"] if dv_file else []
+        if data_file:
+            where.append(f"of data file {data_file}")
+        Exception.__init__(self, reason + (f" ({' '.join(where)})" if where else ""))
+        self.reason = reason
+        self.dv_file = dv_file
+        self.data_file = data_file
+        self.path = dv_file
+        self.line = None
+
+    def located(self, dv_file: str, data_file: str | None) -> DeletionVectorError:
+        """The same error, naming where the vector was read from (the bitmap decoder does not know)."""
+        return DeletionVectorError(self.reason, dv_file=self.dv_file or dv_file, data_file=data_file)
+
+
 class VersionNotFoundError(DeltaError):
     """A requested version or timestamp is not reconstructable from the log that exists now."""
 
@@ -94,6 +119,35 @@ class ConcurrentDeleteDeleteError(ConcurrentModificationError):
 
 class ConcurrentTransactionError(ConcurrentModificationError):
     """A concurrent commit recorded progress for an application id this transaction depends on."""
+
+
+class StaleSnapshotError(ConcurrentModificationError):
+    """Log cleanup removed commits this transaction read or must be checked against, so it cannot be
+    committed where it would be seen; nothing of it is in the table.
+
+    Raised when a transaction stayed open longer than the table's ``delta.logRetentionDuration`` (or a
+    cleanup ran with a shorter retention) and the commit cannot be replayed on the latest snapshot: re-read
+    the table and run the operation again.
+    """
+
+    def __init__(self, message: str, *, read_version: int | None, latest_version: int | None) -> None:
+        Exception.__init__(self, message)
+        self.read_version = read_version
+        self.latest_version = latest_version
+        self.winning_version = latest_version if latest_version is not None else -1
+        self.winning_operation = "log cleanup"
+
+
+class ConcurrentVacuumError(ConcurrentModificationError):
+    """A VACUUM that started concurrently may delete data files this transaction adds (they are older than
+    its retention and were not referenced when it listed them); nothing of the transaction is in the table.
+    Write the files again and retry."""
+
+
+class CommitOutcomeUnknownError(DeltaError):
+    """A commit file was written but whether readers see it cannot be established (log cleanup and a new
+    checkpoint raced it and the checkpoint could not be read). Retrying is safe only for idempotent
+    (app transaction) writes; inspect the table's app transactions or files first otherwise."""
 
 
 class RetentionTooShortError(DeltaError):

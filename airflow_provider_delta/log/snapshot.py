@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
+from .commit_info import VACUUM_END, vacuum_cutoff
 from .errors import CorruptLogError
 from .properties import (
     DELETED_FILE_RETENTION,
@@ -27,10 +28,11 @@ from .properties import (
 from .protocol import check_read_supported
 from .replay import CheckpointReadError, TableState, apply_commits, replay
 from .segment import LogSegment, SegmentBuilder, commit_name, commit_version
-from .storage import LogStore
+from .storage import FileMeta, LogStore
 
 log = logging.getLogger(__name__)
 _MAX_CHECKPOINT_FALLBACKS = 5
+_MAX_RELISTS = 10
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +57,9 @@ class Snapshot:
     commit_info: dict[str, Any] | None
     fields: FileFields = ALL_FILE_FIELDS
     keep_expired_tombstones: bool = False
+    # A VACUUM START among the commits this snapshot read, with no VACUUM END after it: the modification
+    # time below which that VACUUM may be deleting unreferenced files (see ``commit_info.vacuum_cutoff``).
+    vacuum_cutoff: int | None = None
 
     @property
     def app_transactions(self) -> dict[str, int]:
@@ -131,46 +136,92 @@ def load_snapshot(
     """
     builder = SegmentBuilder(store)
     excluded: set[int] = set()
-    for _ in range(_MAX_CHECKPOINT_FALLBACKS + 1):
+    relists = 0
+    while True:
         segment = builder.build(version, frozenset(excluded))
-        commit_data = store.read_log_files(f.name for f in segment.commits)
         try:
+            commit_data = store.read_log_files(f.name for f in segment.commits)
             state = replay(store, segment, commit_data, fields)
+        except FileNotFoundError as exc:
+            # Log cleanup deleted a file between the listing and the read: list again, the newer
+            # checkpoint it keeps is then found ("Metadata Cleanup" deletes only below a checkpoint).
+            relists = _relist(store, relists, exc)
+            continue
         except CheckpointReadError as exc:
             assert segment.checkpoint is not None
+            if not all(store.log_file_exists(f.name) for f in segment.checkpoint.files):
+                relists = _relist(store, relists, exc)
+                continue
             log.warning("%s; falling back to an older checkpoint or the JSON log", exc)
             excluded.add(segment.checkpoint.version)
+            if len(excluded) > _MAX_CHECKPOINT_FALLBACKS:
+                raise CorruptLogError(
+                    f"no readable checkpoint for {store.uri} after {len(excluded)} attempts"
+                ) from exc
             continue
-        return _from_state(store, segment, state, now_ms, keep_expired_tombstones)
-    raise CorruptLogError(f"no readable checkpoint for {store.uri} after {len(excluded)} attempts")
+        return _from_state(store, segment, state, now_ms, keep_expired_tombstones, None)
+
+
+def _relist(store: LogStore, relists: int, exc: Exception) -> int:
+    if relists >= _MAX_RELISTS:
+        raise CorruptLogError(
+            f"the log of {store.uri} kept changing under the reader ({exc}); {_MAX_RELISTS} listings in a "
+            "row named files that were gone when read"
+        ) from exc
+    log.info("a log file of %s was deleted while being read (%s); listing again", store.uri, exc)
+    return relists + 1
 
 
 def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
     """The latest snapshot, built from ``snap`` plus the commits after it (only those are read).
 
-    One listing from ``snap.version + 1`` when nothing is new. A gap after ``snap`` (its next commit is
-    gone, e.g. cleaned up) falls back to a full load.
+    One listing from ``snap.version`` when nothing is new. The snapshot is trusted only while the log still
+    agrees with it: when the commit it ends with is now a different file (a writer filled a prefix that log
+    cleanup had deleted), or the commits after it are not all there (cleanup is deleting them), the table is
+    loaded afresh from its newest checkpoint.
     """
     store = snap.store
-    listed = [f for f in store.list_log(snap.version + 1) if commit_version(f.name) is not None]
-    new = []
-    for f in listed:
-        if commit_version(f.name) == snap.version + 1 + len(new):
-            new.append(f)
-    if not new:
-        if not listed:
-            return snap
+    listed = store.list_log(snap.version)
+    commits = {v: f for f in listed if (v := commit_version(f.name)) is not None}
+    own = snap.segment.commits[-1] if snap.segment.commits else None
+    changed = (
+        own is not None
+        and snap.version in commits
+        and own.name == commits[snap.version].name
+        and not _same_file(own, commits[snap.version])
+    )
+    later = sorted(v for v in commits if v > snap.version)
+    new = [commits[v] for i, v in enumerate(later) if v == snap.version + 1 + i]
+    if changed or len(new) != len(later):
+        if changed:
+            log.warning("%s changed since it was read; loading %s afresh", own.name, store.uri)
         return load_snapshot(
             store, now_ms=now_ms, fields=snap.fields, keep_expired_tombstones=snap.keep_expired_tombstones
         )
-    datas = store.read_log_files(f.name for f in new)
+    if not new:
+        return snap
+    try:
+        datas = store.read_log_files(f.name for f in new)
+    except FileNotFoundError:
+        return load_snapshot(
+            store, now_ms=now_ms, fields=snap.fields, keep_expired_tombstones=snap.keep_expired_tombstones
+        )
     state = apply_commits(snap.state(), store, tuple(new), datas)
     segment = LogSegment(snap.version + len(new), snap.segment.checkpoint, snap.segment.commits + tuple(new))
-    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones)
+    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones, snap.vacuum_cutoff)
+
+
+def _same_file(a: FileMeta, b: FileMeta) -> bool:
+    return a.size == b.size and a.modification_time == b.modification_time
 
 
 def _from_state(
-    store: LogStore, segment: LogSegment, state: TableState, now_ms: int | None, keep_expired_tombstones: bool
+    store: LogStore,
+    segment: LogSegment,
+    state: TableState,
+    now_ms: int | None,
+    keep_expired_tombstones: bool,
+    vacuum_before: int | None,
 ) -> Snapshot:
     where = f"table {store.uri} at version {segment.version}"
     if state.protocol is None:
@@ -208,7 +259,20 @@ def _from_state(
         commit_info=info,
         fields=state.fields,
         keep_expired_tombstones=keep_expired_tombstones,
+        vacuum_cutoff=_vacuum_in_progress(vacuum_before, state.commit_infos),
     )
+
+
+def _vacuum_in_progress(before: int | None, commit_infos: dict[int, dict[str, Any]]) -> int | None:
+    """The cut-off of the last VACUUM STARTed and not ENDed, reading ``commit_infos`` in version order."""
+    cutoff = before
+    for version in sorted(commit_infos):
+        info = commit_infos[version]
+        if info.get("operation") == VACUUM_END:
+            cutoff = None
+        elif (started := vacuum_cutoff(info)) is not None:
+            cutoff = started
+    return cutoff
 
 
 def _version_timestamp(store: LogStore, segment: LogSegment, metadata: Metadata, info: dict | None) -> int:

@@ -21,6 +21,8 @@ from typing import Any
 import fsspec
 from fsspec.asyn import sync
 
+from .errors import UnsafeStorageError
+
 log = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
@@ -276,8 +278,6 @@ def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool
     name exists, so readers never see a partial commit. A backend without an atomic create is refused
     unless ``allow_unsafe`` (e.g. a single writer that the caller guarantees).
     """
-    from .errors import UnsafeStorageError
-
     path = store.log_file(name)
     if store.protocol in ("file", "local"):
         os.makedirs(store.log_path, exist_ok=True)
@@ -290,6 +290,9 @@ def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool
             os.link(tmp, path)
         finally:
             os.unlink(tmp)
+        # The commit's modification time must not precede the moment it appeared: whether a checkpoint was
+        # written before or after a commit is read from these times (see ``visibility``).
+        os.utime(path)
         return
     if store.protocol == "memory":
         # fsspec's memory filesystem checks and stores in two steps: one process-wide lock makes it atomic.

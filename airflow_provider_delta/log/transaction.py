@@ -19,15 +19,28 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__ as _core_version
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+from .commit_info import VACUUM_START, in_commit_timestamp_of, txn_id_of
 from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts, table_isolation
-from .errors import CommitFailedError, ConcurrentTransactionError, DeltaError
+from .errors import (
+    CommitFailedError,
+    CommitOutcomeUnknownError,
+    ConcurrentTransactionError,
+    ConcurrentVacuumError,
+    DeltaError,
+    InvalidCommitError,
+    MetadataChangedError,
+    ProtocolChangedError,
+    StaleSnapshotError,
+)
 from .properties import CHECKPOINT_INTERVAL, ict_enablement_version
+from .replay import TableState
 from .segment import commit_name, commit_version
+from .snapshot import Snapshot, load_snapshot
 from .storage import put_if_absent
+from .visibility import base_present, check_visible
 from .writer_rules import validate_commit
 
 if TYPE_CHECKING:
-    from .snapshot import Snapshot
     from .table import DeltaTable
 
 log = logging.getLogger(__name__)
@@ -81,6 +94,7 @@ class Transaction:
         self.read = ReadSet()
         self.constraints_checked = False
         self._committed = False
+        self._maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
 
     # -- building -----------------------------------------------------------------------------------------
     def add_files(self, files: Iterable[AddFile], *, constraints_checked: bool = False) -> Transaction:
@@ -150,6 +164,7 @@ class Transaction:
         if snap is not None and (done := self._already_committed(snap.app_transactions, snap.version)):
             return done
         validate_commit(self)
+        self._check_vacuum_in_progress()
         txn_id = str(uuid.uuid4())
         version = 0 if snap is None else snap.version + 1
         previous_ict = _ict_of(snap)
@@ -162,7 +177,7 @@ class Transaction:
             data = self._serialise(
                 operation, operation_parameters, txn_id, ict, user_metadata, version, operation_metrics
             )
-            outcome = self._put(version, data, txn_id)
+            outcome, why = self._put(version, data, txn_id)
             if outcome == "ours":
                 self._committed = True
                 log.info("committed version %d of %s (%s)", version, self.table.uri, operation)
@@ -170,13 +185,15 @@ class Transaction:
                     self._maybe_checkpoint(version)
                 return CommitResult(version, False, attempts, txn_id)
             if snap is None:
-                from .errors import InvalidCommitError
-
                 raise InvalidCommitError(f"a table already exists at {self.table.uri} (version 0 is taken)")
-            done, latest, previous_ict = self._resolve_conflicts(version, txn_id, previous_ict)
+            if outcome == "stale":
+                done, latest, previous_ict = self._rebase(version, why)
+            else:
+                done, latest, previous_ict = self._resolve_conflicts(version, txn_id, previous_ict)
             if done is not None:
                 self._committed = True
                 return CommitResult(done.version, done.already_committed, attempts, txn_id)
+            snap = self.snapshot
             if attempts >= max_attempts:
                 raise CommitFailedError(
                     f"gave up committing to {self.table.uri} after {attempts} attempts; the table is at "
@@ -215,23 +232,129 @@ class Transaction:
         self._committed = True
         return CommitResult(holder, already_committed=True, attempts=0)
 
-    def _put(self, version: int, data: bytes, txn_id: str) -> str:
-        """``"ours"`` when the commit landed (also if only its acknowledgement was lost), else ``"taken"``."""
+    def _put(self, version: int, data: bytes, txn_id: str) -> tuple[str, str]:
+        """Write ``version`` and say how it went: ``"ours"`` (landed and visible to readers, also when only
+        its acknowledgement was lost), ``"taken"`` (another commit holds it) or ``"stale"`` (log cleanup
+        removed what this commit builds on, or readers would never see it; the reason comes second)."""
         store = self.table.store
         for _ in range(5):
+            if not base_present(store, version):
+                return "stale", f"version {version - 1}, which this commit builds on, is no longer in the log"
+            existed = False
             try:
                 put_if_absent(store, commit_name(version), data, allow_unsafe=self.allow_unsafe_storage)
-                return "ours"
             except FileExistsError:
-                pass
+                existed = True
             except _UNKNOWN_OUTCOME as exc:
+                self._maybe_landed = True
                 log.warning("outcome of writing commit %d is unknown (%s); checking the log", version, exc)
+            else:
+                return self._verify_visible(version)
             try:
                 existing = store.read_log_file(commit_name(version))
             except FileNotFoundError:
+                if existed:  # it was there a moment ago: log cleanup is deleting this part of the log
+                    return "stale", f"version {version} was taken and then removed by log cleanup"
                 continue  # the put did not happen: try it again
-            return "ours" if _txn_id_of(existing) == txn_id else "taken"
+            if txn_id_of(existing) == txn_id:
+                return self._verify_visible(version)
+            return "taken", ""
         raise CommitFailedError(f"could not write commit {version} of {self.table.uri}: storage kept failing")
+
+    def _verify_visible(self, version: int) -> tuple[str, str]:
+        seen = check_visible(self.table.store, version, self._effects_in)
+        if seen.visible is None:
+            raise CommitOutcomeUnknownError(
+                f"{commit_name(version)} was written to {self.table.uri}, but whether readers see it cannot "
+                f"be established: {seen.reason}"
+            )
+        if not seen.visible:
+            log.warning("commit %d of %s is not visible to readers: %s", version, self.table.uri, seen.reason)
+            return "stale", seen.reason
+        return "ours", ""
+
+    def _effects_in(self, state: TableState) -> bool:
+        """Whether ``state`` holds what this transaction does: its app transaction, its added files (live or
+        since tombstoned) and none of the files it removed still live."""
+        txn = self.app_transaction
+        if txn is not None:
+            held = state.txns.get(txn.app_id)
+            if held is None or held.version < txn.version:
+                return False
+        if self.metadata is not None and (
+            state.metadata is None or state.metadata.schema_string != self.metadata.schema_string
+        ):
+            return False
+        live = set(state.files.column("path").to_pylist()) if (self.adds or self.removes) else set()
+        gone = set(state.tombstones.column("path").to_pylist()) if self.adds else set()
+        if any(a.path not in live and a.path not in gone for a in self.adds):
+            return False
+        added = {a.path for a in self.adds}
+        return not any(r.path in live and r.path not in added for r in self.removes)
+
+    def _oldest_add_ms(self) -> int | None:
+        """The oldest modification time among files this commit adds as new data: what a concurrent
+        VACUUM could have found unreferenced."""
+        times = [a.modification_time for a in self.adds]
+        return min(times) if times else None
+
+    def _check_vacuum_in_progress(self) -> None:
+        """Refuse to add files a VACUUM that started before this transaction read the table (and has not
+        ended in what it read) may be deleting: files older than its cut-off."""
+        snap = self.snapshot
+        oldest = self._oldest_add_ms()
+        if snap is None or snap.vacuum_cutoff is None or oldest is None or oldest >= snap.vacuum_cutoff:
+            return
+        raise ConcurrentVacuumError(
+            f"a VACUUM of {self.table.uri} is in progress (started before version {snap.version}, not "
+            "ended) and may delete the files this transaction adds: they were written before its cut-off. "
+            "Write them again and retry",
+            winning_version=snap.version,
+            winning_operation=VACUUM_START,
+        )
+
+    def _rebasable(self) -> bool:
+        """Whether the commit means the same on any later snapshot with the same protocol and metadata: a
+        blind append (reads nothing, removes nothing, changes no metadata, protocol or domain)."""
+        return (
+            self.read.is_blind()
+            and not self.removes
+            and self.metadata is None
+            and self.protocol is None
+            and not self.domains
+        )
+
+    def _rebase(self, version: int, why: str) -> tuple[CommitResult | None, int, int | None]:
+        """After log cleanup removed what this transaction read: replay it on the latest snapshot when its
+        meaning cannot have changed (``_rebasable``), else raise ``StaleSnapshotError``."""
+        store = self.table.store
+        read = self.snapshot
+        assert read is not None
+        latest = load_snapshot(store)
+        txn = self.app_transaction
+        if txn is not None and latest.app_transactions.get(txn.app_id, -1) >= txn.version:
+            return self._already_committed(latest.app_transactions, latest.version), latest.version, None
+        if self._maybe_landed and self.adds and self._effects_in(latest.state()):
+            # An earlier attempt whose acknowledgement was lost landed after all.
+            return CommitResult(latest.version, already_committed=True), latest.version, None
+        where = f"{self.table.uri} (read at version {read.version}, now at version {latest.version})"
+        if not self._rebasable():
+            raise StaleSnapshotError(
+                f"cannot commit to {where}: {why}. This transaction reads or changes data, so the commits it "
+                "must be checked against are gone; nothing of it was committed: re-read the table and run "
+                "the operation again",
+                read_version=read.version,
+                latest_version=latest.version,
+            )
+        operation = (latest.commit_info or {}).get("operation")
+        kw = {"winning_version": latest.version, "winning_operation": operation}
+        if latest.protocol != read.protocol:
+            raise ProtocolChangedError(f"the protocol of {where} changed while log cleanup ran", **kw)
+        if latest.metadata != read.metadata:
+            raise MetadataChangedError(f"the metadata of {where} changed while log cleanup ran", **kw)
+        log.warning("%s; committing on the latest snapshot of %s instead", why, where)
+        self.snapshot = latest
+        return None, latest.version, _ict_of(latest)
 
     def _resolve_conflicts(
         self, version: int, txn_id: str, previous_ict: int | None
@@ -239,12 +362,18 @@ class Transaction:
         """Read the commits that won from ``version`` on and decide: done, conflict (raise), or retry."""
         store = self.table.store
         winners = [f for f in store.list_log(version) if commit_version(f.name) is not None]
+        contiguous = [f for i, f in enumerate(winners) if commit_version(f.name) == version + i]
+        if len(contiguous) != len(winners) or not winners:
+            # The winners are not all there to be checked against: log cleanup is deleting them.
+            return self._rebase(version, f"commits from version {version} on were removed by log cleanup")
+        try:
+            datas = store.read_log_files(f.name for f in winners)
+        except FileNotFoundError:
+            return self._rebase(version, f"commits from version {version} on were removed by log cleanup")
         latest = version - 1
-        for f, data in zip(winners, store.read_log_files(f.name for f in winners), strict=True):
+        for f, data in zip(winners, datas, strict=True):
             v = commit_version(f.name)
             assert v is not None
-            if v != latest + 1:
-                break
             win = WinningCommit.parse(v, data, path=store.log_file(f.name))
             if win.txn_id == txn_id:  # our own commit, whose acknowledgement was lost earlier
                 return CommitResult(v), v, previous_ict
@@ -263,8 +392,9 @@ class Transaction:
                 {r.path for r in self.removes},
                 isolation=self.isolation_level(),
                 changes_metadata=self.metadata is not None,
+                oldest_add_ms=self._oldest_add_ms(),
             )
-            previous_ict = _ict_from_commit(data) or previous_ict
+            previous_ict = in_commit_timestamp_of(data) or previous_ict
             latest = v
         return None, latest, previous_ict
 
@@ -340,24 +470,6 @@ def _param(value: Any) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _txn_id_of(data: bytes) -> str | None:
-    first = data.split(b"\n", 1)[0]
-    try:
-        info = json.loads(first).get("commitInfo") or {}
-    except (ValueError, AttributeError):
-        return None
-    return info.get("txnId")
-
-
-def _ict_from_commit(data: bytes) -> int | None:
-    try:
-        info = json.loads(data.split(b"\n", 1)[0]).get("commitInfo") or {}
-    except (ValueError, AttributeError):
-        return None
-    value = info.get("inCommitTimestamp")
-    return None if value is None else int(value)
 
 
 def _ict_of(snapshot: Snapshot | None) -> int | None:

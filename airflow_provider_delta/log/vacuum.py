@@ -116,6 +116,9 @@ def vacuum(
             params["specifiedRetentionMillis"] = retention_ms
         metrics = {"numFilesToDelete": len(files), "sizeOfDataToDelete": size}
         _commit(table, snap, "VACUUM START", params, metrics)
+    doomed, fresh = _without_files_committed_meanwhile(snap, doomed, cutoff)
+    files = doomed.column("path").to_pylist()
+    size = int(pc.sum(doomed.column("size")).as_py() or 0)
     log.info("VACUUM of %s: deleting %d files (%d bytes)", store.uri, len(files), size)
     try:
         full = [f"{store.root}/{f}" for f in files]
@@ -123,11 +126,51 @@ def vacuum(
         _remove_empty_dirs(store.root, dirs)
     except Exception:
         if logged:
-            _end(table, snap, "FAILED", 0, listed)
+            _end(table, update_snapshot(fresh), "FAILED", 0, listed)
         raise
+    after = update_snapshot(fresh)
+    _report_files_committed_while_deleting(fresh, after, doomed, cutoff)
     if logged:
-        _end(table, snap, "COMPLETED", len(files), listed)
+        _end(table, after, "COMPLETED", len(files), listed)
     return VacuumReport(files, size, time.monotonic() - started, False, hours)
+
+
+def _without_files_committed_meanwhile(
+    snap: Snapshot, doomed: pa.Table, cutoff: int
+) -> tuple[pa.Table, Snapshot]:
+    """``doomed`` less the files that commits since ``snap`` reference, and the snapshot that says so.
+
+    Read after VACUUM START, which orders VACUUM among writers: a commit before it is seen here; a writer
+    committing after it sees START (as a conflicting winner, or in its snapshot) and refuses to add files
+    older than the cut-off (``ConcurrentVacuumError``), so no commit references a file deleted here.
+    """
+    fresh = update_snapshot(snap)
+    if fresh.version == snap.version:
+        return doomed, fresh
+    late = pc.is_in(doomed.column("path"), value_set=_keep(fresh, cutoff))
+    if pc.any(late).as_py():
+        log.info("VACUUM of %s: keeping %d files committed meanwhile", snap.store.uri, pc.sum(late).as_py())
+        doomed = doomed.filter(pc.invert(late))
+    return doomed, fresh
+
+
+def _report_files_committed_while_deleting(
+    before: Snapshot, after: Snapshot, doomed: pa.Table, cutoff: int
+) -> None:
+    """A commit that landed while VACUUM deleted and that references a deleted file slipped past every
+    guard (e.g. its writer's snapshot started from a checkpoint that hid VACUUM START): say so loudly."""
+    if after.version == before.version or not doomed.num_rows:
+        return
+    hit = doomed.filter(pc.is_in(doomed.column("path"), value_set=_keep(after, cutoff)))
+    if hit.num_rows:
+        log.error(
+            "VACUUM of %s deleted %d files that commits %d..%d, made while it ran, reference: %s",
+            before.store.uri,
+            hit.num_rows,
+            before.version + 1,
+            after.version,
+            hit.column("path").to_pylist()[:20],
+        )
 
 
 # -- retention ------------------------------------------------------------------------------------------
@@ -371,13 +414,13 @@ def _commit(
     Transaction(table, snap).commit(operation, params, operation_metrics=metrics, auto_checkpoint=False)
 
 
-def _end(table: DeltaTable, snap: Snapshot, status: str, deleted: int, listed: pa.Table) -> None:
+def _end(table: DeltaTable, latest: Snapshot, status: str, deleted: int, listed: pa.Table) -> None:
+    """Record VACUUM END from ``latest`` (VACUUM's snapshot brought up to date, START among its commits)."""
     parents = pc.replace_substring_regex(listed.column("path"), r"/?[^/]*$", "")
     dirs = len(pc.unique(parents.combine_chunks())) if listed.num_rows else 1
     metrics = {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs}
     try:
-        # From VACUUM's snapshot brought up to date: only the commits since (START among them) are read.
-        _commit(table, update_snapshot(snap), "VACUUM END", {"status": status}, metrics)
+        _commit(table, latest, "VACUUM END", {"status": status}, metrics)
     except DeltaError:
         if status == "COMPLETED":
             raise

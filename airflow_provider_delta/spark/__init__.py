@@ -11,9 +11,10 @@ from airflow_provider_delta.extras import require
 
 require("pyspark")  # without the extra: an ImportError that names it, not "No module named pyspark"
 
+from airflow_provider_delta.log.errors import DeletionVectorError
+
 from .checkpoint import checkpoint_with_spark
 from .constraints import ConstraintViolationError
-from .deletion_vectors import DeletionVectorError
 from .read import read
 from .schema import SchemaMismatchError
 from .session import spark_session

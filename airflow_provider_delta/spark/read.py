@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.deletion_vectors import deleted_rows
 from airflow_provider_delta.log.partition_values import parse_partition_value
 from airflow_provider_delta.log.schema import column_mapping_mode, delta_type_to_arrow, physical_name
 
-from .deletion_vectors import deleted_rows
 from .schema import find_field, resolve_column, spark_schema_of
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def _read_file(task: dict, fs: Any, root: str, spec: ScanSpec) -> Iterator[pa.Re
     file_fs, path = _open(task["path"], fs, root, spec)
     deleted = None
     if task["deletionVector"] is not None:
-        deleted = deleted_rows(task["deletionVector"], root, fs)
+        deleted = deleted_rows(task["deletionVector"], root, fs, data_file=task["path"])
     partition_values = dict(task["partitionValues"] or [])
     with file_fs.open(path, "rb") as fh:
         pf = pq.ParquetFile(fh)

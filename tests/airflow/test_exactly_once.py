@@ -267,3 +267,70 @@ def test_racing_runs_load_each_interval_once(tmp_path: Path, dag_file, dags_fold
     assert {commit_actions(root, v)[0]["commitInfo"]["readVersion"] for v in (1, 2)} == {0}  # they raced
     assert table.snapshot().app_transactions == {app_id("eo_race", 1): 1, app_id("eo_race", 2): 1}
     assert loaded_rows(root) == {"2024-01-01": 3, "2024-01-02": 3}
+
+
+# -- log cleanup while the task runs -----------------------------------------------------------------------
+
+STALE_PRELUDE = """
+        import time
+        from airflow_provider_delta.log import AddFile, DeltaTable as _Table
+
+        class Stale(DeltaCommitOperator):
+            def _adds(self, snap):
+                # While this try runs (its snapshot taken), other writers commit three versions, a
+                # checkpoint is written and log cleanup (zero retention, clock a day ahead) removes the
+                # commits this try read: what a transaction open past delta.logRetentionDuration meets.
+                if self._ti_try == 1:
+                    t = _Table(ROOT)
+                    for i in range(3):
+                        rel = f"day=2023-12-0{i + 1}/other.parquet"
+                        os.makedirs(os.path.join(ROOT, os.path.dirname(rel)), exist_ok=True)
+                        pq.write_table(pa.table({"id": [i], "loaded": ["other"]}), os.path.join(ROOT, rel))
+                        t.transaction().add_files(
+                            [AddFile.from_file(t, rel, {"day": f"2023-12-0{i + 1}"})]
+                        ).commit()
+                    t.checkpoint()
+                    t.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + 86_400_000)
+                return super()._adds(snap)
+
+            def execute(self, context):
+                self._ti_try = context["ti"].try_number
+                try:
+                    return super().execute(context)
+                except Exception as exc:  # what the try failed with, for the test to read
+                    with open(os.path.join(ROOT, "..", "errors.txt"), "a") as fh:
+                        fh.write(f"{self._ti_try} {type(exc).__name__}\\n")
+                    raise
+        """
+
+
+def test_an_append_whose_read_version_was_cleaned_up_lands_on_the_latest_version(tmp_path: Path, dag_file):
+    root = tmp_path / "t"
+    new_table(root)
+    source = commit_dag_source("eo_stale_append", root, operator="Stale", prelude=STALE_PRELUDE.strip())
+    run = dag_file("eo_stale_append", source).dag.test(logical_date=day(2))
+    # Read at version 0; others took 1-3 and checkpointed 3; the append lands visibly as version 4.
+    assert task_instance(run, "commit") == ("success", 1, 4)
+    snap = DeltaTable(str(root)).snapshot()
+    assert snap.version == 4 and snap.app_transactions == {app_id("eo_stale_append", 2): 1}
+    assert loaded_rows(root) == {"2024-01-02": 3, "other": 3}
+    assert not (tmp_path / "errors.txt").exists()
+
+
+def test_an_overwrite_whose_read_version_was_cleaned_up_fails_by_name_and_its_retry_commits_once(
+    tmp_path: Path, dag_file
+):
+    root = tmp_path / "t"
+    new_table(root)
+    source = commit_dag_source(
+        "eo_stale_overwrite", root, operator="Stale", prelude=STALE_PRELUDE.strip(), mode="overwrite",
+        retries=1, retry_delay=0,
+    )  # fmt: skip
+    run = dag_file("eo_stale_overwrite", source).dag.test(logical_date=day(2))
+    # Try 1 read version 0 and would overwrite what it read, but the commits since were cleaned up: it
+    # raised StaleSnapshotError and committed nothing; try 2 overwrote the table as it is now.
+    assert task_instance(run, "commit") == ("success", 2, 4)
+    snap = DeltaTable(str(root)).snapshot()
+    assert snap.version == 4 and snap.app_transactions == {app_id("eo_stale_overwrite", 2): 1}
+    assert loaded_rows(root) == {"2024-01-02": 3}
+    assert (tmp_path / "errors.txt").read_text().split() == ["1", "StaleSnapshotError"]

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from spark_helpers import bitmap_array, dv_file, z85_encode
 
-from airflow_provider_delta.log.errors import UnsupportedFeatureError
-from airflow_provider_delta.spark.deletion_vectors import (
+from airflow_provider_delta.log.deletion_vectors import (
     DeletionVectorError,
     decode_bitmap,
     deleted_rows,
     dv_file_path,
     z85_decode,
 )
+from airflow_provider_delta.log.errors import UnsupportedFeatureError
 
 
 def test_z85_round_trip():
@@ -60,7 +60,7 @@ def test_stored_vector_checks_size_and_checksum(tmp_path):
     (tmp_path / f"deletion_vector_{uid}.bin").write_bytes(bytes(corrupt))
     with pytest.raises(DeletionVectorError, match="checksum"):
         deleted_rows(dv, str(tmp_path), fs)
-    with pytest.raises(DeletionVectorError, match="descriptor says 3"):
+    with pytest.raises(DeletionVectorError, match="cardinality says 3"):
         (tmp_path / f"deletion_vector_{uid}.bin").write_bytes(blob)
         deleted_rows({**dv, "cardinality": 3}, str(tmp_path), fs)
     with pytest.raises(DeletionVectorError, match="missing"):

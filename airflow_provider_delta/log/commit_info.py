@@ -1,0 +1,54 @@
+"""The ``commitInfo`` fields the core acts on, read from a commit's first line.
+
+``commitInfo`` is free-form provenance ("Commit Provenance Information"), but three of its fields carry
+meaning for writers: ``txnId`` (our own commits' identity, to recognise a commit whose acknowledgement was
+lost), ``inCommitTimestamp`` ("In-Commit Timestamps": each must exceed the previous one) and the
+parameters of ``VACUUM START`` (which files a concurrent VACUUM may delete).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+VACUUM_START = "VACUUM START"
+VACUUM_END = "VACUUM END"
+
+
+def first_commit_info(data: bytes) -> dict[str, Any]:
+    """The ``commitInfo`` of a commit whose first line holds it (as writers of in-commit timestamps must,
+    and as Delta Spark and we always do); ``{}`` when the first line is anything else."""
+    try:
+        info = json.loads(data.split(b"\n", 1)[0]).get("commitInfo")
+    except (ValueError, AttributeError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def txn_id_of(data: bytes) -> str | None:
+    value = first_commit_info(data).get("txnId")
+    return value if isinstance(value, str) else None
+
+
+def in_commit_timestamp_of(data: bytes) -> int | None:
+    value = first_commit_info(data).get("inCommitTimestamp")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def vacuum_cutoff(info: dict[str, Any] | None) -> int | None:
+    """For a ``VACUUM START``: the modification time below which it may delete unreferenced files (its
+    start time minus the retention it used), else ``None``.
+
+    Delta Spark and we record the retention in ``operationParameters`` (``specifiedRetentionMillis`` when
+    one was given, else the table's ``defaultRetentionMillis``). The recorded start is taken after VACUUM
+    listed the table, so the cut-off computed from it is never earlier than the one it applied: files
+    older than it are at risk, a safe over-estimate.
+    """
+    if not info or info.get("operation") != VACUUM_START:
+        return None
+    params = info.get("operationParameters") or {}
+    retention = params.get("specifiedRetentionMillis", params.get("defaultRetentionMillis"))
+    try:
+        return int(info["timestamp"]) - int(retention if retention is not None else 0)
+    except (KeyError, TypeError, ValueError):
+        return None

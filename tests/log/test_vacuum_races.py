@@ -1,0 +1,97 @@
+"""VACUUM racing writers: no commit ever references a file that VACUUM deleted.
+
+A file written but not yet committed is unreferenced, so a VACUUM with a retention shorter than a writer's
+time between writing and committing (zero, here) lists it as garbage. VACUUM START orders the two: commits
+before it are re-read by VACUUM before it deletes anything; a writer committing after it sees it and refuses
+to add files older than its cut-off, by name, so it can write them again. Interleavings are forced on
+local storage by running one side inside the other's storage calls.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_delta.log import AddFile, ConcurrentVacuumError, DeltaTable, vacuum
+
+SCHEMA = pa.schema([("id", pa.int64())])
+
+
+def _write(table: DeltaTable, name: str, *, age_s: float = 0) -> str:
+    path = Path(table.store.root) / name
+    pq.write_table(pa.table({"id": [1]}), path)
+    if age_s:
+        past = time.time() - age_s
+        os.utime(path, (past, past))
+    return name
+
+
+def _vacuum_now(table: DeltaTable) -> Any:
+    return table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> DeltaTable:
+    t = DeltaTable.create(str(tmp_path / "t"), SCHEMA)
+    t.transaction().add_files([AddFile.from_file(t, _write(t, "base.parquet"))]).commit()
+    return t
+
+
+def test_a_writer_that_read_before_vacuum_started_is_refused_and_can_retry(table: DeltaTable):
+    add = AddFile.from_file(table, _write(table, "pending.parquet", age_s=5))
+    txn = DeltaTable(table.uri).transaction().add_files([add])  # read before VACUUM
+    report = _vacuum_now(table)
+    assert "pending.parquet" in report.files  # unreferenced, so VACUUM deleted it
+
+    with pytest.raises(ConcurrentVacuumError, match="write them again") as info:
+        txn.commit()
+    assert info.value.winning_operation == "VACUUM START"
+    assert "pending.parquet" not in DeltaTable(table.uri).snapshot().file_paths()
+
+    # The writer's retry: the file again, a new transaction (its snapshot has START and END: no vacuum runs).
+    retry = AddFile.from_file(table, _write(table, "pending.parquet"))
+    table.transaction().add_files([retry]).commit()
+    snap = DeltaTable(table.uri).snapshot()
+    assert "pending.parquet" in snap.file_paths()
+    assert all((Path(table.store.root) / p).exists() for p in snap.file_paths())
+
+
+def test_a_writer_whose_snapshot_holds_an_unfinished_vacuum_refuses_old_files(table: DeltaTable):
+    # A VACUUM that committed START and is still deleting (or died before END).
+    table.transaction().commit(
+        "VACUUM START",
+        {"retentionCheckEnabled": False, "specifiedRetentionMillis": 0, "defaultRetentionMillis": 0},
+    )
+    old = AddFile.from_file(table, _write(table, "old.parquet", age_s=60))
+    with pytest.raises(ConcurrentVacuumError, match="in progress"):
+        table.transaction().add_files([old]).commit()
+    # A file written after the VACUUM started is not at risk.
+    new = AddFile.from_file(table, _write(table, "new.parquet"))
+    table.transaction().add_files([new]).commit()
+    # Once VACUUM END is in the log, old files may be committed again.
+    table.transaction().commit("VACUUM END", {"status": "COMPLETED"})
+    table.transaction().add_files([old]).commit()
+    assert {"old.parquet", "new.parquet"} <= set(DeltaTable(table.uri).snapshot().file_paths())
+
+
+def test_vacuum_keeps_files_committed_between_its_listing_and_its_start(table: DeltaTable, monkeypatch):
+    add = AddFile.from_file(table, _write(table, "racing.parquet", age_s=5))
+    real_commit = vacuum._commit
+
+    def writer_commits_first(t: Any, snap: Any, operation: str, *args: Any) -> None:
+        if operation == "VACUUM START":  # VACUUM has listed the root; a writer commits before START
+            DeltaTable(table.uri).transaction().add_files([add]).commit()
+        real_commit(t, snap, operation, *args)
+
+    monkeypatch.setattr(vacuum, "_commit", writer_commits_first)
+    report = _vacuum_now(table)
+    assert "racing.parquet" not in report.files
+    snap = DeltaTable(table.uri).snapshot()
+    assert "racing.parquet" in snap.file_paths()
+    assert all((Path(table.store.root) / p).exists() for p in snap.file_paths())
