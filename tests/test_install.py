@@ -84,7 +84,7 @@ def _child_env(home: Path, dags: Path, tables: Path) -> dict[str, str]:
 RUN_SLIM = textwrap.dedent(
     """
     import datetime as dt, importlib, importlib.util, json, sys
-    days = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2)]
+    days = [dt.datetime(2024, 1, 1, tzinfo=dt.UTC)]
 
     def load(name):
         spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")
@@ -150,7 +150,7 @@ def test_no_extras_runs_the_non_spark_examples_without_pyspark(slim_venv, tmp_pa
     done = _run([str(python), "-c", RUN_SLIM, str(dags), json.dumps(NO_SPARK_MODULES)], env=env, cwd=tmp_path)
     result = _result(done)
     assert set(result["states"].values()) == {"success"}, result["states"]
-    assert len(result["states"]) == 8
+    assert len(result["states"]) == 4
     assert result["pyspark_imported"] is False
     assert result["installed"] == {"pyspark": False, "s3fs": False, "gcsfs": False, "adlfs": False}
     assert "pip install 'airflow-provider-delta[spark]'" in result["errors"]["spark"]

@@ -164,7 +164,7 @@ class DeltaSparkWriteOperator(BaseOperator):
         finally:
             if existing is None:  # only stop a session this task started
                 spark.stop()
-        metrics = {} if result.already_committed else self._metrics(result.version, options)
+        metrics = {} if result.already_committed else self._metrics(result.version)
         record_commit(
             context, self.table_uri, result.version, delta_conn_id=self.delta_conn_id,
             already_committed=result.already_committed, operation="WRITE",
@@ -184,10 +184,10 @@ class DeltaSparkWriteOperator(BaseOperator):
                     }  # fmt: skip
         return result.version
 
-    def _metrics(self, version: int, options: dict[str, Any]) -> dict[str, Any]:
+    def _metrics(self, version: int) -> dict[str, Any]:
         """The operationMetrics the Spark writer recorded in the commit's commitInfo."""
-        from airflow_provider_delta.log import DeltaTable
+        from airflow_provider_delta.hooks.delta import DeltaHook
         from airflow_provider_delta.log.history import read_commit_info
 
-        info = read_commit_info(DeltaTable(self.table_uri, options).store, version) or {}
-        return dict(info.get("operationMetrics") or {})
+        store = DeltaHook(self.delta_conn_id).get_table(self.table_uri).store
+        return dict((read_commit_info(store, version) or {}).get("operationMetrics") or {})

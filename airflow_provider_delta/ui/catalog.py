@@ -16,8 +16,10 @@ an arbitrary connection. The connection's credentials stay on the server; only i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from airflow_provider_delta.hooks.delta import extra_field, split_tables
@@ -94,13 +96,20 @@ def run_ids(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
         return {}
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from sqlalchemy import or_, select
 
     out: dict[tuple[str, str], str] = {}
     dag_ids = {d for d, _ in pairs}
+    intervals = {i for _, i in pairs}
+    dates = []
+    for interval in intervals:
+        with contextlib.suppress(ValueError):
+            dates.append(datetime.fromisoformat(interval))
     with create_session() as session:
         rows = session.execute(
-            select(DagRun.dag_id, DagRun.run_id, DagRun.logical_date).where(DagRun.dag_id.in_(dag_ids))
+            select(DagRun.dag_id, DagRun.run_id, DagRun.logical_date).where(
+                DagRun.dag_id.in_(dag_ids), or_(DagRun.run_id.in_(intervals), DagRun.logical_date.in_(dates))
+            )
         )
         for dag_id, run_id, logical_date in rows:
             for interval in (run_id, logical_date.isoformat() if logical_date else None):

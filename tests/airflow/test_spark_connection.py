@@ -104,12 +104,17 @@ def test_spark_submit_job_commits_once_per_task_key(spark_standalone, tmp_path):
     submit = Path(spark_standalone.spark_home) / "bin" / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+    # Executors only when a job needs one: the retry, which finds its key and runs no job, starts none.
+    lazy = [
+        "spark.dynamicAllocation.enabled=true", "spark.dynamicAllocation.shuffleTracking.enabled=true",
+        "spark.dynamicAllocation.initialExecutors=0", "spark.dynamicAllocation.minExecutors=0",
+    ]  # fmt: skip
     outputs = []
     for _ in range(2):  # the second run is a retry of the same task and interval
         done = subprocess.run(
             [str(submit), "--master", spark_standalone.master_url, "--deploy-mode", "client",
              "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=1",
-             str(job), str(table), app_id, "1"],
+             *[arg for setting in lazy for arg in ("--conf", setting)], str(job), str(table), app_id, "1"],
             capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
