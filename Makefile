@@ -21,7 +21,7 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PYSPARK_PYTHON := $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 
-.PHONY: test lint demo bench fuzz chaos sync uv clean distclean tools oracle
+.PHONY: test lint demo bench fuzz chaos sync uv clean distclean tools browser oracle
 
 test: lint tools oracle
 	$(UV_RUN) pytest $(PYTEST_ARGS)
@@ -96,7 +96,10 @@ FAKE_GCS_SERVER_VERSION := v1.56.1
 AZURITE_VERSION := 3.35.0
 TOOLS := $(CURDIR)/.tools
 
-tools:
+# Debian's Chromium for the browser test of the Delta view (tests/airflow/test_ui.py, driven by playwright's
+# Python package, which never downloads a browser of its own here). apt-get needs root; otherwise, or when the
+# install fails, this warns and the test fails naming what is missing.
+tools: browser
 	@if [ "$${DELTA_SKIP_EMULATORS:-}" = 1 ]; then echo "DELTA_SKIP_EMULATORS=1: emulators not installed"; exit 0; fi; \
 	stamp=$(TOOLS)/.fake-gcs-server-$(FAKE_GCS_SERVER_VERSION); \
 	if [ -f "$$stamp" ] && [ -x $(TOOLS)/bin/fake-gcs-server ]; then :; \
@@ -110,6 +113,17 @@ tools:
 	else echo "installing Azurite $(AZURITE_VERSION) with npm"; \
 	  if npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION); \
 	  then touch "$$stamp"; else echo "WARNING: npm install of Azurite failed" >&2; fi; fi
+
+browser:
+	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "WARNING: chromium is missing and apt-get (as root) is not available: the browser test will fail" >&2; \
+	  exit 0; fi; \
+	echo "installing Debian's chromium with apt-get (browser test)"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null \
+	  || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null; } \
+	  || echo "WARNING: apt-get could not install chromium: the browser test will fail" >&2
 
 # Delta Spark, the reference implementation, as a live oracle for tests/oracle (test-only: the product never
 # needs it). Its own environment in .oracle/: a venv with the pyspark of the Spark line Delta Spark publishes

@@ -33,6 +33,7 @@ ROOT = os.environ.get("DELTA_EXAMPLE_ROOT") or "/tmp/airflow-provider-delta-exam
 CONN_ID = os.environ.get("DELTA_EXAMPLE_CONN_ID") or None
 TABLE = f"{ROOT.rstrip('/')}/clicks"
 
+# [START howto_asset_watcher]
 clicks = Asset(
     name="delta_example_clicks",
     uri=table_asset(TABLE).uri,
@@ -43,6 +44,7 @@ clicks = Asset(
         )
     ],
 )
+# [END howto_asset_watcher]
 
 
 def event_versions(events: Any) -> list[int]:

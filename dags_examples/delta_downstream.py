@@ -36,6 +36,7 @@ with DAG(
     tags=["delta", "example"],
     doc_md=__doc__,
 ) as dag:
+    # [START howto_version_sensor]
     wait_for_ingest = DeltaVersionSensor(
         task_id="wait_for_ingest",
         table_uri=TABLE,
@@ -46,6 +47,7 @@ with DAG(
         timeout=6 * 3600,
         delta_conn_id=CONN_ID,
     )
+    # [END howto_version_sensor]
 
     @task
     def summarize(version: int, logical_date: dt.datetime | None = None) -> dict[str, int]:

@@ -79,6 +79,7 @@ with DAG(
     tags=["delta", "example"],
     doc_md=__doc__,
 ) as dag:
+    # [START howto_create_table]
     create_table = DeltaCreateTableOperator(
         task_id="create_table",
         table_uri=TABLE,
@@ -88,6 +89,7 @@ with DAG(
         exist_ok=True,
         delta_conn_id=CONN_ID,
     )
+    # [END howto_create_table]
 
     @task
     def write_batch(logical_date: dt.datetime | None = None) -> list[str]:
@@ -105,5 +107,7 @@ with DAG(
     files = write_batch()
     # Paths are enough: the commit reads each file's stats from its Parquet footer and the partition value
     # from its day=... folder.
+    # [START howto_commit]
     commit = DeltaCommitOperator(task_id="commit", table_uri=TABLE, files=files, delta_conn_id=CONN_ID)
+    # [END howto_commit]
     create_table >> files

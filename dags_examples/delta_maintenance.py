@@ -46,11 +46,13 @@ with DAG(
         """The tables to maintain: Variable ``delta_maintenance_tables``, else the example table."""
         return Variable.get("delta_maintenance_tables", default=DEFAULT_TABLES, deserialize_json=True)
 
+    # [START howto_maintenance]
     @task_group
     def maintain(table_uri: str) -> None:
         checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=table_uri, delta_conn_id=CONN_ID)
         vacuum = DeltaVacuumOperator(task_id="vacuum", table_uri=table_uri, delta_conn_id=CONN_ID)
         cleanup = DeltaLogCleanupOperator(task_id="cleanup_logs", table_uri=table_uri, delta_conn_id=CONN_ID)
         checkpoint >> vacuum >> cleanup
+    # [END howto_maintenance]
 
     maintain.expand(table_uri=tables())

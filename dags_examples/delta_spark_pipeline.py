@@ -53,9 +53,11 @@ with DAG(
     catchup=False,
     tags=["delta", "spark", "example"],
 ) as dag:
+    # [START howto_spark_write]
     ingest = DeltaSparkWriteOperator(
         task_id="ingest", table_uri=TABLE, python_callable=day_events, partition_by=["day"]
     )
+    # [END howto_spark_write]
     wait_for_day = DeltaVersionSensor(
         task_id="wait_for_day",
         table_uri=TABLE,

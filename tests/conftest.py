@@ -375,3 +375,103 @@ def spark() -> Iterator:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class SparkStandalone:
+    """A Spark standalone cluster on 127.0.0.1: ``master_url`` for sessions and spark-submit."""
+
+    master_url: str
+    host: str
+    port: int
+    web_url: str  # the master's web UI; ``/json/`` reports workers and applications
+    spark_home: str
+
+    def status(self) -> dict[str, Any]:
+        import json
+
+        with urllib.request.urlopen(f"{self.web_url}/json/", timeout=10) as response:
+            return json.load(response)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    """A master and two workers (1 core, 1 GiB each), each its own JVM started with pyspark's bundled
+    ``spark-class``, all on 127.0.0.1; stopped at the end of the session.
+
+    Workers run Python tasks with this interpreter (``PYSPARK_PYTHON``), so executors import the provider and
+    pyarrow of the test environment. Waits, within a deadline, until the master reports both workers alive.
+    """
+    import json
+    import subprocess
+    import time
+
+    import pyspark
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    spark_class = os.path.join(spark_home, "bin", "spark-class")
+    work = tmp_path_factory.mktemp("spark-standalone")
+    env = {
+        **os.environ,
+        "SPARK_HOME": spark_home,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(work),
+        "SPARK_DAEMON_MEMORY": "256m",
+    }
+    port, web_port = _free_port(), _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str, *args: str) -> None:
+        log = open(work / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process below)
+        procs.append(subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                      cwd=work))  # fmt: skip
+        log.close()
+
+    start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+          "--webui-port", str(web_port))  # fmt: skip
+    for i in (1, 2):
+        worker_dir = work / f"worker-{i}"
+        worker_dir.mkdir()
+        start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1",
+              "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port()),
+              "--work-dir", str(worker_dir))  # fmt: skip
+    cluster = SparkStandalone(master_url, "127.0.0.1", port, f"http://127.0.0.1:{web_port}", spark_home)
+    try:
+        deadline = time.monotonic() + 180
+        alive = 0
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                break
+            try:
+                alive = int(cluster.status().get("aliveworkers", 0))
+            except (OSError, ValueError, json.JSONDecodeError):
+                alive = 0
+            if alive == 2:
+                break
+            time.sleep(0.3)
+        if alive != 2:
+            logs = "\n".join(
+                f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}" for f in work.glob("*.log")
+            )
+            pytest.fail(f"the Spark standalone cluster did not come up ({alive} of 2 workers):\n{logs}",
+                        pytrace=False)  # fmt: skip
+        yield cluster
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -5,16 +5,22 @@ extra hold an explicit allowlist of storage options, or any connection Airflow's
 the table's scheme (``airflow.sdk.io``: e.g. ``aws_default`` with the Amazon provider installed). A
 connection's extra is never passed through whole, and credential values are registered with Airflow's
 secrets masker so they cannot reach task logs.
+
+The connection form (labels, placeholders, the ``region_name`` and ``tables`` fields) is declared in
+``get_provider_info`` (``conn-fields`` / ``ui-field-behaviour``), as in-tree providers do since Airflow 3.2;
+the form's Test button calls :meth:`DeltaHook.test_connection`.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
+from airflow_provider_delta.extras import require_for_uri
 from airflow_provider_delta.log import DeltaTable
 
 # Per scheme, the storage options a ``delta`` connection may set, and which of them are secrets.
@@ -64,21 +70,6 @@ class DeltaHook(BaseHook):
         super().__init__(**kwargs)
         self.delta_conn_id = delta_conn_id
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["schema", "port"],
-            "relabeling": {
-                "login": "Access key / account name",
-                "password": "Secret / account key / token",
-                "host": "Endpoint URL (optional)",
-            },
-            "placeholders": {
-                "extra": '{"storage_options": {"region_name": "us-east-1"}}',
-                "host": "http://127.0.0.1:9000",
-            },
-        }
-
     def storage_options(self, uri: str) -> dict[str, Any]:
         """Allowlisted storage options for ``uri`` from a ``delta`` connection."""
         if not self.delta_conn_id:
@@ -102,7 +93,7 @@ class DeltaHook(BaseHook):
         options.update(given)
         if conn.host and scheme == "s3":
             options.setdefault("client_kwargs", {})["endpoint_url"] = conn.host
-        if scheme == "s3" and (region := (conn.extra_dejson or {}).get("region_name")):
+        if scheme == "s3" and (region := extra_field(conn, "region_name")):
             options.setdefault("client_kwargs", {})["region_name"] = region
         for name, value in options.items():
             if name in SECRET_OPTIONS and isinstance(value, str):
@@ -112,7 +103,12 @@ class DeltaHook(BaseHook):
         return options
 
     def get_table(self, uri: str) -> DeltaTable:
-        """A :class:`DeltaTable` for ``uri`` with this hook's credentials."""
+        """A :class:`DeltaTable` for ``uri`` with this hook's credentials.
+
+        Raises :class:`~airflow_provider_delta.extras.MissingExtraError` when the URI's filesystem is an
+        extra that is not installed (``s3://`` without ``airflow-provider-delta[s3]``).
+        """
+        require_for_uri(uri)
         if not self.delta_conn_id:
             return DeltaTable(uri)
         conn = self.get_connection(self.delta_conn_id)
@@ -123,5 +119,52 @@ class DeltaHook(BaseHook):
 
         return DeltaTable(uri, filesystem=get_fs(urlsplit(uri).scheme or "file", conn_id=self.delta_conn_id))
 
+    def tables(self) -> list[str]:
+        """The table URIs the connection names in its ``tables`` field (for the Delta view and the Test
+        button): comma- or newline-separated, or a JSON list."""
+        if not self.delta_conn_id:
+            return []
+        return split_tables(extra_field(self.get_connection(self.delta_conn_id), "tables"))
+
     def test_connection(self) -> tuple[bool, str]:
-        return True, f"connection {self.delta_conn_id!r} builds storage options"
+        """The connection form's Test button: build the storage options, then read the latest version of
+        each table the connection names. Messages name the table and the error, never a credential."""
+        try:
+            tables = self.tables()
+            if not tables:
+                return self._test_fields()
+            seen = []
+            for uri in tables:
+                seen.append(f"{uri} at version {self.get_table(uri).version()}")
+        except Exception as exc:  # the form shows the message; every backend fails its own way
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, "read " + "; ".join(seen)
+
+    def _test_fields(self) -> tuple[bool, str]:
+        """Without tables to read: which schemes accept the connection's storage options."""
+        conn = self.get_connection(self.delta_conn_id)
+        given = set((conn.extra_dejson or {}).get("storage_options") or {})
+        schemes = [s for s, allowed in ALLOWED_OPTIONS.items() if given <= allowed and s != "memory"]
+        if not schemes:
+            return False, f"storage option(s) {', '.join(sorted(given))} are allowed for no table scheme"
+        return True, (
+            f"the connection's fields are valid for {', '.join(f'{s}://' for s in schemes)} tables; name "
+            "tables in its 'Tables' field to test reading them"
+        )
+
+
+def extra_field(conn: Any, name: str) -> Any:
+    """A form field's value from the connection's extra (also under the older ``extra__delta__`` name)."""
+    extra = conn.extra_dejson or {}
+    value = extra.get(name)
+    return value if value not in (None, "") else extra.get(f"extra__delta__{name}")
+
+
+def split_tables(value: Any) -> list[str]:
+    """Table URIs from a ``tables`` field: a list, or text separated by commas or new lines."""
+    if not value:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("[") else text.replace(",", "\n").splitlines()
+    return [str(v).strip().rstrip("/") for v in value if str(v).strip()]

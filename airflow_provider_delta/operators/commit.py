@@ -18,7 +18,6 @@ it longer than the longest time after which you would clear or re-run a task).
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -26,6 +25,7 @@ from urllib.parse import unquote
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, record_commit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -45,8 +45,7 @@ def default_app_id(context: Context) -> str:
 
 def table_asset(table_uri: str) -> Asset:
     """The Asset of a table: its URI, with local paths as ``file://`` URIs."""
-    uri = table_uri if "://" in table_uri else f"file://{posixpath.abspath(table_uri)}"
-    return Asset(uri=uri.rstrip("/"))
+    return Asset(uri=canonical_uri(table_uri))
 
 
 def partition_values_from_path(path: str, partition_columns: Sequence[str]) -> dict[str, str | None]:
@@ -77,9 +76,14 @@ class DeltaCommitOperator(BaseOperator):
     :param operation: the commitInfo operation (``WRITE`` by default).
     :param delta_conn_id: connection for the table's storage (``None``: no credentials).
     :param constraints_checked: the rows satisfy the table's invariants/CHECK constraints/generated columns.
+
+    Returns (XCom ``return_value``) the version that holds the data; XCom ``delta_commit`` also says
+    whether it was already committed and how many files and records were added.
     """
 
     template_fields: Sequence[str] = ("table_uri", "files", "remove", "app_id", "app_version")
+    template_fields_renderers = {"files": "json", "remove": "json"}
+    operator_extra_links = (DeltaTableLink(),)
     ui_color = "#00add4"
 
     def __init__(
@@ -151,8 +155,16 @@ class DeltaCommitOperator(BaseOperator):
             txn.read_whole_table()
         txn.remove_files(removes)
         params = {"mode": self.mode.capitalize(), "partitionBy": list(snap.partition_columns)}
-        result = txn.commit(self.operation, params)
         records = sum(_num_records(a) for a in adds)
+        # Delta Spark's WRITE metrics, so DESCRIBE HISTORY, deltalake and the Delta view show what changed.
+        metrics = {
+            "numFiles": len(adds),
+            "numOutputRows": records,
+            "numOutputBytes": sum(a.size for a in adds),
+            "numRemovedFiles": len(removes),
+            "numRemovedBytes": sum(r.size or 0 for r in removes),
+        }
+        result = txn.commit(self.operation, params, operation_metrics=metrics)
         if result.already_committed:
             self.log.info(
                 "%s already holds app transaction %s version %d (table version %d): nothing committed",
@@ -164,6 +176,12 @@ class DeltaCommitOperator(BaseOperator):
         # Also when already committed (a retry after a lost acknowledgement): the run's asset event must
         # still say which version holds its data.
         self._emit_asset_event(context, result, app_id, app_version, len(adds), records)
+        record_commit(
+            context, self.table_uri, result.version, delta_conn_id=self.delta_conn_id,
+            already_committed=result.already_committed, files_added=0 if result.already_committed
+            else len(adds), records_added=0 if result.already_committed else records,
+            operation=self.operation,
+        )  # fmt: skip
         self._lineage = (snap, result.version)
         return result.version
 

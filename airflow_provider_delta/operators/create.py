@@ -17,6 +17,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_delta.log import DeltaTable, InvalidCommitError, TableNotFoundError
 from airflow_provider_delta.log.schema import arrow_schema_to_delta
+from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -115,6 +116,8 @@ class DeltaCreateTableOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("table_uri", "schema", "partition_by", "configuration")
+    template_fields_renderers = {"schema": "json", "configuration": "json"}
+    operator_extra_links = (DeltaTableLink(),)
     ui_color = "#00add4"
 
     def __init__(
@@ -150,6 +153,8 @@ class DeltaCreateTableOperator(BaseOperator):
             try:
                 create_on(table, schema, partition_by, dict(self.configuration or {}))
                 self.log.info("created %s (partitioned by %s) at version 0", self.table_uri, partition_by)
+                record_commit(context, self.table_uri, 0, delta_conn_id=self.delta_conn_id,
+                              operation="CREATE TABLE")  # fmt: skip
                 return 0
             except InvalidCommitError:
                 # Another run created it between our look and our commit: check it like any existing one.
@@ -163,6 +168,8 @@ class DeltaCreateTableOperator(BaseOperator):
             )
         self.log.info("%s exists at version %d with the same columns and partitioning", self.table_uri,
                       existing.version)  # fmt: skip
+        record_commit(context, self.table_uri, existing.version, delta_conn_id=self.delta_conn_id,
+                      already_committed=True)  # fmt: skip
         return existing.version
 
     @staticmethod

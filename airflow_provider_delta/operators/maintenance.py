@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -27,9 +29,11 @@ def _int_or_none(value: int | str | None) -> int | None:
 
 
 class _TableOperator(BaseOperator):
-    """The Airflow glue the maintenance operators share: a templated table URI and the hook's handle."""
+    """The Airflow glue the maintenance operators share: a templated table URI, the hook's handle, and the
+    ``delta_commit`` record (the table's version after the task) behind the "Delta table" link."""
 
     template_fields: Sequence[str] = ("table_uri",)
+    operator_extra_links = (DeltaTableLink(),)
     ui_color = "#00add4"
 
     def __init__(self, *, table_uri: str, delta_conn_id: str | None = None, **kwargs: Any) -> None:
@@ -41,6 +45,10 @@ class _TableOperator(BaseOperator):
         from airflow_provider_delta.hooks.delta import DeltaHook
 
         return DeltaHook(self.delta_conn_id).get_table(self.table_uri)
+
+    def _record(self, context: Context, table: DeltaTable, operation: str) -> None:
+        record_commit(context, self.table_uri, table.version(), delta_conn_id=self.delta_conn_id,
+                      operation=operation)  # fmt: skip
 
 
 class DeltaCheckpointOperator(_TableOperator):
@@ -73,7 +81,10 @@ class DeltaCheckpointOperator(_TableOperator):
         self.parts = parts
 
     def execute(self, context: Context) -> dict[str, Any]:
-        pointer = self._table().checkpoint(_int_or_none(self.version), _int_or_none(self.parts))
+        table = self._table()
+        pointer = table.checkpoint(_int_or_none(self.version), _int_or_none(self.parts))
+        record_commit(context, self.table_uri, pointer.version, delta_conn_id=self.delta_conn_id,
+                      operation="CHECKPOINT")  # fmt: skip
         self.log.info(
             "checkpoint of %s at version %d: %s part(s), %s actions, %s add files, %s bytes",
             self.table_uri, pointer.version, pointer.parts or 1, pointer.size, pointer.num_of_add_files,
@@ -137,7 +148,8 @@ class DeltaVacuumOperator(_TableOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         hours = None if self.retention_hours in (None, "", "None") else float(self.retention_hours)
-        report = self._table().vacuum(
+        table = self._table()
+        report = table.vacuum(
             retention_hours=hours,
             dry_run=self.dry_run,
             enforce_retention_duration=self.enforce_retention_duration,
@@ -152,6 +164,7 @@ class DeltaVacuumOperator(_TableOperator):
         if report.dry_run:
             for path in report.files[:100]:
                 self.log.info("  %s", path)
+        self._record(context, table, "VACUUM DRY RUN" if report.dry_run else "VACUUM END")
         return {
             "num_files": len(report.files),
             "bytes": report.bytes,
@@ -174,6 +187,8 @@ class DeltaLogCleanupOperator(_TableOperator):
     """
 
     def execute(self, context: Context) -> list[str]:
-        deleted = self._table().cleanup_expired_logs()
+        table = self._table()
+        deleted = table.cleanup_expired_logs()
+        self._record(context, table, "LOG CLEANUP")
         self.log.info("log cleanup of %s: deleted %d expired log files", self.table_uri, len(deleted))
         return deleted

@@ -1,23 +1,67 @@
 """DeltaSparkWriteOperator: run a PySpark function and commit its DataFrame to a Delta table, exactly once.
 
 The user's callable builds a DataFrame from a SparkSession (local by default, or a cluster named by a
-master URL or a Spark connection); the Spark writer (``airflow_provider_delta.spark.write``) writes it
-and commits with the task's app transaction (see ``operators.commit``: one appId per task and interval),
-so a retry or a cleared run whose write already landed writes nothing and commits nothing.
+master URL or by an Airflow ``spark`` connection); the Spark writer (``airflow_provider_delta.spark.write``)
+writes it and commits with the task's app transaction (see ``operators.commit``: one appId per task and
+interval), so a retry or a cleared run whose write already landed writes nothing and commits nothing.
+
+The ``spark`` connection is the one the Apache Spark provider defines (host: the master URL, ``local``,
+``yarn`` or ``k8s://...``; port; extra ``deploy-mode``, ``queue``, ``namespace``), read here without
+that provider. The session's driver runs inside the task, so the deploy mode is ``client``: for
+``cluster`` mode submit a job that calls ``airflow_provider_delta.spark.write`` itself (docs/spark.md).
+
+Importing this module does not import pyspark (the ``spark`` extra); running the operator does.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseHook, BaseOperator
 
+from airflow_provider_delta.extras import require
 from airflow_provider_delta.operators.commit import MODES, default_app_id, table_asset
+from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from pyspark.sql import DataFrame, SparkSession
+
+
+# Masters given as they are; any other host is a standalone master's host name.
+_MASTER_PREFIXES = ("local", "yarn", "k8s://", "spark://", "mesos://")
+
+
+def spark_settings(conn: Any) -> tuple[str, dict[str, str]]:
+    """The master URL and Spark conf an Airflow ``spark`` connection describes.
+
+    Host ``spark://h`` / ``h`` with port ``7077`` gives ``spark://h:7077``; ``yarn``, ``local[4]`` and
+    ``k8s://https://...`` are used as they are. Extra ``queue`` and ``namespace`` become
+    ``spark.yarn.queue`` and ``spark.kubernetes.namespace``, extra ``conf`` (a dict) is passed through.
+    """
+    host = (conn.host or "").strip()
+    if not host:
+        raise ValueError(f"spark connection {conn.conn_id!r} has no host: set it to the master URL")
+    master = host if host.startswith(_MASTER_PREFIXES) or "://" in host else f"spark://{host}"
+    if conn.port and master.startswith(("spark://", "k8s://")) and not re.search(r":\d+$", master):
+        master = f"{master}:{conn.port}"
+    extra = conn.extra_dejson or {}
+    deploy_mode = extra.get("deploy-mode") or extra.get("deploy_mode")
+    if deploy_mode and deploy_mode != "client":
+        raise ValueError(
+            f"spark connection {conn.conn_id!r} asks for deploy-mode {deploy_mode!r}: a task's SparkSession "
+            "runs its driver in the Airflow worker (client mode). For cluster mode, submit a job that calls "
+            "airflow_provider_delta.spark.write with the task's app_id (see docs/spark.md)"
+        )
+    conf: dict[str, str] = {}
+    if queue := extra.get("queue"):
+        conf["spark.yarn.queue"] = str(queue)
+    if namespace := extra.get("namespace"):
+        conf["spark.kubernetes.namespace"] = str(namespace)
+    conf.update({str(k): str(v) for k, v in (extra.get("conf") or {}).items()})
+    return master, conf
 
 
 class DeltaSparkWriteOperator(BaseOperator):
@@ -33,12 +77,18 @@ class DeltaSparkWriteOperator(BaseOperator):
     :param app_version: version recorded with ``app_id``; write again by raising it. Templated.
     :param merge_schema: add new DataFrame columns to the table.
     :param master: Spark master URL (``local[2]`` by default); ignored when ``spark_conn_id`` is set.
-    :param spark_conn_id: an Airflow connection whose host (and port) is the master URL.
-    :param spark_conf: extra Spark configuration.
+    :param spark_conn_id: an Airflow ``spark`` connection: master URL, deploy mode, conf (see
+        :func:`spark_settings`).
+    :param spark_conf: extra Spark configuration (wins over the connection's). Templated.
     :param delta_conn_id: connection holding the table's storage options (shipped to executors).
+
+    Returns (XCom ``return_value``) the version that holds the data; XCom ``delta_commit`` also says
+    whether it was already committed and how many files and rows were written.
     """
 
-    template_fields: Sequence[str] = ("table_uri", "replace_where", "app_id", "app_version")
+    template_fields: Sequence[str] = ("table_uri", "replace_where", "app_id", "app_version", "spark_conf")
+    template_fields_renderers = {"spark_conf": "json"}
+    operator_extra_links = (DeltaTableLink(),)
     ui_color = "#e25a1c"
 
     def __init__(
@@ -77,12 +127,11 @@ class DeltaSparkWriteOperator(BaseOperator):
         self.spark_conf = dict(spark_conf or {})
         self.delta_conn_id = delta_conn_id
 
-    def _master(self) -> str:
+    def _session_settings(self) -> tuple[str, dict[str, str]]:
         if not self.spark_conn_id:
-            return self.master
-        conn = BaseHook.get_connection(self.spark_conn_id)
-        host = conn.host or self.master
-        return f"{host}:{conn.port}" if conn.port else host
+            return self.master, dict(self.spark_conf)
+        master, conf = spark_settings(BaseHook.get_connection(self.spark_conn_id))
+        return master, {**conf, **self.spark_conf}
 
     def _storage_options(self) -> dict[str, Any]:
         if not self.delta_conn_id:
@@ -92,6 +141,7 @@ class DeltaSparkWriteOperator(BaseOperator):
         return DeltaHook(self.delta_conn_id).storage_options(self.table_uri)
 
     def execute(self, context: Context) -> int:
+        require("pyspark")
         from pyspark.sql import SparkSession
 
         from airflow_provider_delta.spark.session import spark_session
@@ -101,7 +151,9 @@ class DeltaSparkWriteOperator(BaseOperator):
         app_version = int(self.app_version)
         options = self._storage_options()
         existing = SparkSession.getActiveSession()
-        spark = spark_session(self._master(), self.spark_conf)
+        master, conf = self._session_settings()
+        self.log.info("Spark session on %s", master)
+        spark = spark_session(master, conf)
         try:
             df = self.python_callable(spark, context)
             result = write(
@@ -112,11 +164,18 @@ class DeltaSparkWriteOperator(BaseOperator):
         finally:
             if existing is None:  # only stop a session this task started
                 spark.stop()
+        metrics = {} if result.already_committed else self._metrics(result.version)
+        record_commit(
+            context, self.table_uri, result.version, delta_conn_id=self.delta_conn_id,
+            already_committed=result.already_committed, operation="WRITE",
+            files_added=int(metrics.get("numFiles", 0)), records_added=int(metrics.get("numOutputRows", 0)),
+        )  # fmt: skip
         if result.already_committed:
             self.log.info("%s already holds app transaction %s version %d (table version %d): nothing "
                           "written", self.table_uri, app_id, app_version, result.version)  # fmt: skip
         else:
-            self.log.info("committed version %d of %s", result.version, self.table_uri)
+            self.log.info("committed version %d of %s: %s file(s), %s row(s)", result.version,
+                          self.table_uri, metrics.get("numFiles"), metrics.get("numOutputRows"))  # fmt: skip
             for outlet in self.outlets:
                 if isinstance(outlet, Asset):
                     context["outlet_events"][outlet].extra = {
@@ -124,3 +183,11 @@ class DeltaSparkWriteOperator(BaseOperator):
                         "appVersion": app_version,
                     }  # fmt: skip
         return result.version
+
+    def _metrics(self, version: int) -> dict[str, Any]:
+        """The operationMetrics the Spark writer recorded in the commit's commitInfo."""
+        from airflow_provider_delta.hooks.delta import DeltaHook
+        from airflow_provider_delta.log.history import read_commit_info
+
+        store = DeltaHook(self.delta_conn_id).get_table(self.table_uri).store
+        return dict((read_commit_info(store, version) or {}).get("operationMetrics") or {})
