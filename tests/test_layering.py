@@ -122,3 +122,152 @@ def test_importing_the_core_loads_no_airflow_or_pyspark():
     result = subprocess.run(command, cwd=CORE_DIR.parent.parent, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"importing the core failed:\n{result.stderr}"
     assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+# -- one direction of imports (issue: the core's 14-module circle) --------------------------------------
+# The core's floors, read from the ground up: a module imports only from its own floor or below, and the
+# DeltaTable facade (table) is imported by no operation. A new module must be given a floor here (and in
+# docs/architecture.md).
+CORE_FLOORS: dict[str, int] = {
+    # 0: names and shapes
+    "errors": 0, "properties": 0, "action_values": 0, "arrow_utils": 0, "actions": 0, "schema": 0,
+    "protocol": 0, "commit_info": 0, "deletion_vector_format": 0,
+    # 1: storage and log files
+    "storage": 1, "segment": 1, "last_checkpoint": 1, "commit_json": 1, "deletion_vectors": 1,
+    # 2: state
+    "partition_values": 2, "stats": 2, "replay": 2, "snapshot": 2, "history": 2, "table_context": 2,
+    "visibility": 2,
+    # 3: operations
+    "transaction": 3, "conflicts": 3, "writer_rules": 3, "checkpoint": 3, "vacuum": 3, "cleanup": 3,
+    "tail": 3, "creation": 3, "data_files": 3,
+    # 4: the facade; 5: what sits on it
+    "table": 4, "cli": 5, "__init__": 5,
+}  # fmt: skip
+# Imports inside functions are allowed in the core only for optional dependencies (an Azure-only error).
+OPTIONAL_DEPENDENCIES = {"azure", "s3fs", "gcsfs", "adlfs"}
+PACKAGE_DIR = Path(airflow_provider_delta.__file__).parent
+
+
+def _package_modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _internal_edges() -> dict[str, set[str]]:
+    """module -> the package modules it imports anywhere (module level, functions, TYPE_CHECKING)."""
+    modules = _package_modules()
+    edges: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for _, name in _imported_names(path, module):
+            # "from .x import y" names x.y too, which is a module only when y is a submodule.
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+        edges[module] = targets
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_package_has_no_import_cycle():
+    cycles = _cycles(_internal_edges())
+    assert not cycles, "import cycles (each line: modules that import each other, directly or not):\n" + (
+        "\n".join(" <-> ".join(c) for c in cycles)
+    )
+
+
+def test_the_cycle_finder_finds_cycles():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(edges) == [["a", "b", "c"]]
+
+
+def test_the_core_imports_run_from_the_ground_up():
+    core = f"{PACKAGE}.{CORE}"
+    problems = []
+    for module, targets in _internal_edges().items():
+        if not (module == core or module.startswith(core + ".")):
+            continue
+        short = module[len(core) + 1 :] or "__init__"
+        if short not in CORE_FLOORS:
+            problems.append(f"{short}: not on a floor (add it to CORE_FLOORS and docs/architecture.md)")
+            continue
+        for target in targets:
+            if not target.startswith(core + "."):
+                continue
+            other = target[len(core) + 1 :]
+            if CORE_FLOORS.get(other, 99) > CORE_FLOORS[short]:
+                problems.append(
+                    f"{short} (floor {CORE_FLOORS[short]}) imports {other} (floor {CORE_FLOORS.get(other)})"
+                )
+    assert not problems, "imports that run up the core's floors:\n" + "\n".join(sorted(problems))
+
+
+def test_the_core_imports_nothing_inside_functions_but_optional_dependencies():
+    found = []
+    for path, _ in _core_modules():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = (
+                        [node.module or "."] if node.level == 0 else ["." * node.level + (node.module or "")]
+                    )
+                else:
+                    continue
+                if not all(n.split(".")[0] in OPTIONAL_DEPENDENCIES for n in names):
+                    found.append(f"{path.relative_to(PACKAGE_DIR.parent)}:{node.lineno}: {', '.join(names)}")
+    assert not found, "imports inside functions (move the name to the right floor instead):\n" + "\n".join(
+        found
+    )
+
+
+def test_star_import_of_the_core_works():
+    result = subprocess.run(
+        [sys.executable, "-c", "from airflow_provider_delta.log import *; print(len(dir()))"],
+        cwd=PACKAGE_DIR.parent, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr

@@ -3,15 +3,9 @@
 Imports neither Airflow nor PySpark; the provider's hooks, operators and Spark layer build on it.
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
-
-try:
-    __version__ = _dist_version("airflow-provider-delta")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
-
 from .actions import AddFile, DomainMetadata, Format, Metadata, Protocol, RemoveFile, SetTransaction
+from .commit_info import CORE_VERSION as __version__  # noqa: F401 - the package version
+from .data_files import add_file_from_parquet
 from .errors import (
     CommitFailedError,
     CommitOutcomeUnknownError,
@@ -41,6 +35,7 @@ from .transaction import CommitResult, Transaction
 
 __all__ = [
     "AddFile",
+    "add_file_from_parquet",
     "CommitFailedError",
     "CommitOutcomeUnknownError",
     "CommitResult",

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from .action_values import INT32_MAX, int_field, str_field, string_map, strings_field
+from .arrow_utils import encode_uri_path
 from .errors import shown
 
 
@@ -296,21 +297,6 @@ class AddFile:
     clustering_provider: str | None = None
 
     @classmethod
-    def from_file(
-        cls,
-        table: Any,
-        path: str,
-        partition_values: dict[str, str | None] | None = None,
-        *,
-        data_change: bool = True,
-        tags: dict[str, str] | None = None,
-    ) -> AddFile:
-        """Build the action for a Parquet file already under ``table``'s root, stats from its footer."""
-        from .stats import add_file_from_parquet
-
-        return add_file_from_parquet(table, path, partition_values or {}, data_change=data_change, tags=tags)
-
-    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AddFile:
         """From a row of ``Snapshot.files`` or a JSON ``add`` body (maps as dicts or key/value pairs)."""
         return cls(
@@ -328,8 +314,6 @@ class AddFile:
         )
 
     def to_json(self) -> dict[str, Any]:
-        from .arrow_utils import encode_uri_path
-
         out: dict[str, Any] = {
             "path": encode_uri_path(self.path),
             "partitionValues": dict(self.partition_values),
@@ -374,8 +358,6 @@ class RemoveFile:
     stats: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        from .arrow_utils import encode_uri_path
-
         out: dict[str, Any] = {"path": encode_uri_path(self.path), "dataChange": self.data_change}
         if self.deletion_timestamp is not None:
             out["deletionTimestamp"] = self.deletion_timestamp

@@ -12,7 +12,6 @@ import io
 import logging
 import math
 import uuid
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,14 +21,16 @@ from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
 from .arrow_utils import encode_uri_paths
 from .errors import CorruptLogError
 from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
+from .partition_values import typed_partition_values
 from .properties import bool_property
 from .protocol import check_write_supported, writer_features
+from .replay import TableState
+from .schema import column_mapping_mode, physical_partition_names
+from .segment import read_last_checkpoint
+from .snapshot import Snapshot
+from .stats import typed_file_stats
 from .storage import LogStore
-
-if TYPE_CHECKING:
-    from .replay import TableState
-    from .snapshot import Snapshot
-    from .table import DeltaTable
+from .table_context import TableContext
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +125,6 @@ def _add_struct(state: TableState) -> pa.StructArray:
     extra: dict[str, pa.Array] = {}
     if as_struct:
         # Typed copies of partition values and stats, keyed by physical names ("Checkpoint Format").
-        from .partition_values import typed_partition_values
-        from .schema import column_mapping_mode, physical_partition_names
-        from .stats import typed_file_stats
-
         columns = list(md.partition_columns)
         if columns:
             typed = typed_partition_values(md, files)
@@ -174,7 +171,7 @@ def _parquet_bytes(table: pa.Table) -> bytes:
 
 
 def write_checkpoint(
-    table: DeltaTable, version: int | None = None, parts: int | None = None, *, part_size: int | None = None
+    table: TableContext, version: int | None = None, parts: int | None = None, *, part_size: int | None = None
 ) -> LastCheckpoint:
     """Write a checkpoint of ``version`` (latest by default), then point ``_last_checkpoint`` at it.
 
@@ -244,7 +241,7 @@ def _clustered(table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(key))
 
 
-def _write_v2(table: DeltaTable, snap: Snapshot, n_sidecars: int) -> LastCheckpoint:
+def _write_v2(table: TableContext, snap: Snapshot, n_sidecars: int) -> LastCheckpoint:
     store = table.store
     whole = checkpoint_table(snap.state())
     is_file = pc.or_(whole.column("add").is_valid(), whole.column("remove").is_valid())
@@ -311,10 +308,8 @@ def _verify_written(store: LogStore, path: str, rows: int) -> None:
         raise CorruptLogError(f"the checkpoint file just written holds {found} rows, not {rows}", path=path)
 
 
-def _point_to(table: DeltaTable, pointer: LastCheckpoint) -> None:
+def _point_to(table: TableContext, pointer: LastCheckpoint) -> None:
     """Move ``_last_checkpoint`` forward only: a slower writer must not point readers back in time."""
-    from .segment import read_last_checkpoint
-
     current = read_last_checkpoint(table.store)
     if current is not None and current.version > pointer.version:
         return

@@ -20,7 +20,6 @@ import logging
 import posixpath
 import re
 import time
-from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
@@ -31,9 +30,7 @@ from .replay import CheckpointReadError, check_checkpoint
 from .segment import CLASSIC_RE, COMMIT_RE, MULTI_RE, V2_RE, group_checkpoints
 from .snapshot import load_snapshot
 from .storage import FileMeta, LogStore, delete_files, mtime_of
-
-if TYPE_CHECKING:
-    from .table import DeltaTable
+from .table_context import TableContext
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +43,7 @@ _COMPACTED = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
 
 
 def cleanup_expired_logs(
-    table: DeltaTable, *, now_ms: int | None = None, retention_ms: int | None = None
+    table: TableContext, *, now_ms: int | None = None, retention_ms: int | None = None
 ) -> list[str]:
     """Delete expired log files; return their names (relative to ``_delta_log``), sorted.
 

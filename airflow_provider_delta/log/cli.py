@@ -22,7 +22,8 @@ from typing import IO, Any, NoReturn
 import pyarrow.compute as pc
 
 from .errors import DeltaError
-from .table import DeltaTable, _timestamp_ms
+from .history import timestamp_ms
+from .table import DeltaTable
 
 PROG = "deltalog"
 Printer = Callable[[dict[str, Any], IO[str]], None]
@@ -54,7 +55,7 @@ def _positive_int(text: str) -> int:
 def _timestamp_arg(text: str) -> int:
     """Milliseconds since the epoch, or ISO-8601 (UTC when it has no offset), as the core accepts."""
     try:
-        return int(text) if re.fullmatch(r"-?\d+", text.strip()) else _timestamp_ms(text)
+        return int(text) if re.fullmatch(r"-?\d+", text.strip()) else timestamp_ms(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"a timestamp is ms since the epoch or ISO-8601 such as 2024-05-01T12:00:00Z, not {text!r}"

@@ -9,7 +9,16 @@ parameters of ``VACUUM START`` (which files a concurrent VACUUM may delete).
 from __future__ import annotations
 
 import json
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
 from typing import Any
+
+try:
+    CORE_VERSION = _dist_version("airflow-provider-delta")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    CORE_VERSION = "0+unknown"
+# commitInfo.engineInfo of every commit we write ("Commit Provenance Information").
+ENGINE_INFO = f"airflow-provider-delta/{CORE_VERSION}"
 
 VACUUM_START = "VACUUM START"
 VACUUM_END = "VACUUM END"

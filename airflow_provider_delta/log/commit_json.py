@@ -12,18 +12,78 @@ import functools
 import io
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
-from .actions import MAP_FIELDS
+from .actions import (
+    ALL_FILE_FIELDS,
+    MAP_FIELDS,
+    DomainMetadata,
+    FileFields,
+    Metadata,
+    Protocol,
+    SetTransaction,
+    check_commit_info,
+    check_sidecar,
+)
 from .arrow_utils import conform, decode_uri_paths, struct_to_map
 from .errors import CorruptLogError, shown
 
-if TYPE_CHECKING:
-    from .replay import Actions
+# Where an action was read: the file, and the line for JSON (``None`` for a checkpoint's Parquet rows).
+Origin = tuple[str, int | None]
+
+
+@dataclass
+class Actions:
+    """Actions gathered in replay order: files as Arrow, small actions as Python objects.
+
+    ``fields`` says which fields of file actions are kept; ``adds``/``removes`` hold only those.
+    ``protocol_origin``/``metadata_origin`` say where the latest protocol and metaData were read, so that
+    a value found wrong when the snapshot is built is reported at its file and line.
+    """
+
+    adds: list[pa.Table] = field(default_factory=list)  # each with the kept ADD columns + "_version"
+    removes: list[pa.Table] = field(default_factory=list)
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    txns: dict[str, SetTransaction] = field(default_factory=dict)
+    domains: dict[str, DomainMetadata] = field(default_factory=dict)
+    commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
+    sidecars: list[str] = field(default_factory=list)
+    checkpoint_metadata: list[dict[str, Any]] = field(default_factory=list)
+    fields: FileFields = ALL_FILE_FIELDS
+    protocol_origin: Origin | None = None
+    metadata_origin: Origin | None = None
+
+    def apply_small(self, name: str, body: dict[str, Any], version: int, origin: Origin) -> None:
+        """Latest wins for protocol, metaData, txn per appId and domain ("Action Reconciliation").
+
+        Each action is checked against the spec's field types as it is read: a ``ValueError`` names the
+        action and field, and the caller adds the file and line.
+        """
+        if name == "protocol":
+            self.protocol, self.protocol_origin = Protocol.from_json(body), origin
+        elif name == "metaData":
+            self.metadata, self.metadata_origin = Metadata.from_json(body), origin
+        elif name == "txn":
+            txn = SetTransaction.from_json(body)
+            self.txns[txn.app_id] = txn
+        elif name == "domainMetadata":
+            dm = DomainMetadata.from_json(body)
+            self.domains[dm.domain] = dm
+        elif name == "commitInfo":
+            check_commit_info(body)
+            self.commit_infos[version] = body
+        elif name == "sidecar":
+            check_sidecar(body)
+            self.sidecars.append(body["path"])
+        elif name == "checkpointMetadata":
+            self.checkpoint_metadata.append(body)
+
 
 
 # Actions of the spec ("Actions") other than add/remove; a line naming one must hold an object. Others are

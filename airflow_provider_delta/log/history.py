@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from .actions import check_commit_info
@@ -120,3 +121,92 @@ class CommitTimeline:
             else:
                 hi = mid - 1
         return self.versions[lo]
+
+
+def locate_app_transaction(store: LogStore, app_id: str, at_version: int) -> int:
+    """The version whose commit recorded the current ``txn`` of ``app_id``, scanning back from
+    ``at_version``; the oldest remaining version (a checkpoint's) when that commit was cleaned up."""
+    needle = json.dumps(app_id).encode()
+    version = at_version
+    while version >= 0:
+        batch = list(range(version, max(-1, version - 32), -1))
+        try:
+            datas = store.read_log_files(commit_name(v) for v in batch)
+        except FileNotFoundError:
+            datas = []
+            for v in batch:
+                try:
+                    datas.append(store.read_log_file(commit_name(v)))
+                except FileNotFoundError:
+                    return v + 1
+        for v, data in zip(batch, datas, strict=False):
+            if b'"txn"' in data and needle in data and _has_txn(data, app_id):
+                return v
+        version = batch[-1] - 1
+    return at_version
+
+
+def _has_txn(data: bytes, app_id: str) -> bool:
+    for line in data.split(b"\n"):
+        if b'"txn"' in line:
+            try:
+                body = json.loads(line).get("txn")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(body, dict) and body.get("appId") == app_id:
+                return True
+    return False
+
+
+def timestamp_ms(value: int | float | str | datetime) -> int:
+    """A time-travel timestamp as ms since the epoch: ms, an aware datetime, or an ISO-8601 string (UTC
+    when it carries no offset)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("timestamp datetime must be timezone-aware (e.g. pendulum or tz=UTC)")
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int | float):
+        return int(value)
+    parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+_MAX_RELISTS = 10
+
+
+def read_history(store: LogStore, ict_from: int | None, limit: int | None = None) -> list[HistoryEntry]:
+    """Commits newest first, with the timestamp time travel uses for each. A commit deleted by log cleanup
+    between the listing and the read makes it list again (bounded), as snapshot loading does."""
+    for attempt in range(_MAX_RELISTS + 1):
+        commits = list_commits(store)
+        timeline = CommitTimeline(store, commits, ict_from)
+        indices = list(range(len(commits) - 1, -1, -1))[:limit]
+        try:
+            datas = store.read_log_files(commits[i].name for i in indices)
+            out = []
+            for i, data in zip(indices, datas, strict=True):
+                version = commit_version(commits[i].name)
+                assert version is not None
+                info = read_commit_info(store, version, data) or {}
+                out.append(HistoryEntry(version, timeline.timestamp_at(i), info.get("operation"), info))
+            return out
+        except FileNotFoundError:
+            if attempt == _MAX_RELISTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def version_at_timestamp(
+    store: LogStore, ict_from: int | None, timestamp: int | float | str | datetime
+) -> int:
+    """The latest version committed at or before ``timestamp`` ("price is right")."""
+    ts = timestamp_ms(timestamp)
+    for attempt in range(_MAX_RELISTS + 1):
+        try:
+            return CommitTimeline(store, list_commits(store), ict_from).version_at(ts)
+        except FileNotFoundError:
+            if attempt == _MAX_RELISTS:
+                raise
+    raise AssertionError("unreachable")

@@ -10,16 +10,14 @@ import datetime as dt
 import json
 import re
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .actions import Metadata
 from .errors import CorruptLogError
 from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_partition_names
-
-if TYPE_CHECKING:
-    from .actions import Metadata
 
 _TIMESTAMP_RE = re.compile(
     r"^(\d{4,})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,9}))?)?)?"

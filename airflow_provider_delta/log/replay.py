@@ -13,7 +13,7 @@ same code whatever is kept.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,18 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .actions import (
-    ALL_FILE_FIELDS,
-    DomainMetadata,
-    FileFields,
-    Metadata,
-    Protocol,
-    SetTransaction,
-    check_commit_info,
-    check_sidecar,
-)
+from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
 from .arrow_utils import conform
-from .commit_json import parse_json_actions, struct_to_table
+from .commit_json import Actions, parse_json_actions, struct_to_table
 from .errors import CorruptLogError
 from .properties import check_properties
 from .schema import check_partition_columns, column_mapping_mode, parse_schema_string
@@ -45,58 +36,6 @@ _MAX_CHUNKS = 64
 
 class CheckpointReadError(Exception):
     """A checkpoint file could not be read; the snapshot falls back to an older checkpoint or JSON."""
-
-
-# Where an action was read: the file, and the line for JSON (``None`` for a checkpoint's Parquet rows).
-Origin = tuple[str, int | None]
-
-
-@dataclass
-class Actions:
-    """Actions gathered in replay order: files as Arrow, small actions as Python objects.
-
-    ``fields`` says which fields of file actions are kept; ``adds``/``removes`` hold only those.
-    ``protocol_origin``/``metadata_origin`` say where the latest protocol and metaData were read, so that
-    a value found wrong when the snapshot is built is reported at its file and line.
-    """
-
-    adds: list[pa.Table] = field(default_factory=list)  # each with the kept ADD columns + "_version"
-    removes: list[pa.Table] = field(default_factory=list)
-    protocol: Protocol | None = None
-    metadata: Metadata | None = None
-    txns: dict[str, SetTransaction] = field(default_factory=dict)
-    domains: dict[str, DomainMetadata] = field(default_factory=dict)
-    commit_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
-    sidecars: list[str] = field(default_factory=list)
-    checkpoint_metadata: list[dict[str, Any]] = field(default_factory=list)
-    fields: FileFields = ALL_FILE_FIELDS
-    protocol_origin: Origin | None = None
-    metadata_origin: Origin | None = None
-
-    def apply_small(self, name: str, body: dict[str, Any], version: int, origin: Origin) -> None:
-        """Latest wins for protocol, metaData, txn per appId and domain ("Action Reconciliation").
-
-        Each action is checked against the spec's field types as it is read: a ``ValueError`` names the
-        action and field, and the caller adds the file and line.
-        """
-        if name == "protocol":
-            self.protocol, self.protocol_origin = Protocol.from_json(body), origin
-        elif name == "metaData":
-            self.metadata, self.metadata_origin = Metadata.from_json(body), origin
-        elif name == "txn":
-            txn = SetTransaction.from_json(body)
-            self.txns[txn.app_id] = txn
-        elif name == "domainMetadata":
-            dm = DomainMetadata.from_json(body)
-            self.domains[dm.domain] = dm
-        elif name == "commitInfo":
-            check_commit_info(body)
-            self.commit_infos[version] = body
-        elif name == "sidecar":
-            check_sidecar(body)
-            self.sidecars.append(body["path"])
-        elif name == "checkpointMetadata":
-            self.checkpoint_metadata.append(body)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
 from .commit_info import VACUUM_END, vacuum_cutoff
 from .errors import CorruptLogError, VersionNotFoundError
+from .history import read_commit_info
+from .partition_values import typed_partition_values
 from .properties import (
     DELETED_FILE_RETENTION,
     SET_TRANSACTION_RETENTION,
@@ -27,7 +29,9 @@ from .properties import (
 )
 from .protocol import check_read_supported
 from .replay import CheckpointReadError, TableState, apply_commits, replay
+from .schema import delta_schema_to_arrow
 from .segment import LogSegment, SegmentBuilder, commit_name, commit_version
+from .stats import typed_file_stats
 from .storage import FileMeta, LogStore
 
 log = logging.getLogger(__name__)
@@ -80,8 +84,6 @@ class Snapshot:
     @cached_property
     def schema(self) -> pa.Schema:
         """The table schema as Arrow (logical names)."""
-        from .schema import delta_schema_to_arrow
-
         return delta_schema_to_arrow(self.metadata.schema)
 
     @property
@@ -94,14 +96,10 @@ class Snapshot:
 
     def partition_values(self) -> pa.Table:
         """Typed partition values of ``files``, row-aligned, one column per partition column."""
-        from .partition_values import typed_partition_values
-
         return typed_partition_values(self.metadata, self.files)
 
     def file_stats(self) -> pa.StructArray:
         """Per-file statistics of ``files`` parsed into typed structs ("Per-file Statistics")."""
-        from .stats import typed_file_stats
-
         return typed_file_stats(self.metadata, self.files)
 
     def state(self) -> TableState:
@@ -316,8 +314,6 @@ def _version_timestamp(store: LogStore, segment: LogSegment, metadata: Metadata,
 
 
 def _commit_info_of(store: LogStore, version: int) -> dict | None:
-    from .history import read_commit_info
-
     try:
         return read_commit_info(store, version)
     except FileNotFoundError:

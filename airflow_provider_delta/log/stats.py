@@ -13,69 +13,20 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import posixpath
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from .errors import InvalidCommitError
+from .actions import Metadata
 from .partition_values import parse_decimal, parse_partition_value, parse_timestamp
 from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_name
 
-if TYPE_CHECKING:
-    from .actions import AddFile, Metadata
-    from .snapshot import Snapshot
-    from .table import DeltaTable
-
 _MAX_STRING_PREFIX = 32  # as Delta Spark: long strings get a prefix as min and no max
-
-
-def _check_relative(path: str, where: str) -> None:
-    norm = posixpath.normpath(path)
-    if path.startswith("/") or "://" in path or norm.startswith("..") or norm.startswith("_delta_log"):
-        raise InvalidCommitError(
-            f"{path!r} must be a path relative to the table root {where}, outside _delta_log"
-        )
-
-
-def add_file_from_parquet(
-    table: DeltaTable | Snapshot,
-    path: str,
-    partition_values: dict[str, str | None],
-    *,
-    data_change: bool = True,
-    tags: dict[str, str] | None = None,
-) -> AddFile:
-    """The ``add`` action of a Parquet file already written under the table root.
-
-    Pass a snapshot instead of the table when building many actions, so the log is read once.
-    """
-    from .actions import AddFile
-
-    store = table.store
-    _check_relative(path, store.uri)
-    full = store.table_file(path)
-    info = store.info(full)
-    snap = table if hasattr(table, "metadata") else table.snapshot()
-    with store.open_input_file(full) as fh:
-        footer = pq.read_metadata(fh)
-    stats = file_stats(
-        footer, snap.metadata.schema, snap.metadata.configuration, snap.metadata.partition_columns
-    )
-    return AddFile(
-        path=path,
-        size=info.size,
-        partition_values=dict(partition_values),
-        modification_time=info.modification_time,
-        data_change=data_change,
-        stats=stats,
-        tags=tags,
-    )
 
 
 def file_stats(

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import fsspec
@@ -49,8 +50,6 @@ def _to_ms(value: Any) -> int:
         return int(value.timestamp() * 1000)
     if isinstance(value, int | float):
         return int(value * 1000)
-    from datetime import datetime
-
     return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
 
 
@@ -222,6 +221,9 @@ class LogStore:
             os.replace(tmp, path)
             return
         self.fs.pipe_file(path, data)
+        # adlfs keeps a listing cache that does not learn of the write: reading the file back (checkpoint
+        # writers verify what they wrote) would then miss it.
+        self.fs.invalidate_cache(posixpath.dirname(path))
 
     def log_file_exists(self, name: str) -> bool:
         """Whether ``_delta_log/name`` exists, in exactly one storage request.

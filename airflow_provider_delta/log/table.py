@@ -1,48 +1,36 @@
-"""``DeltaTable``: the entry point of the core. A handle on a table's location, not a cached state.
+"""``DeltaTable``: the entry point of the core, a facade over the operations.
 
-Every ``snapshot()`` reads the log afresh (cheaply: ``_last_checkpoint`` first, then a listing from
-there), so a long-lived handle in a sensor or a hook never serves a stale version.
+A handle on a table's location (a ``TableContext``), not a cached state: every ``snapshot()`` reads the
+log afresh (cheaply: ``_last_checkpoint`` first, then a listing from there, or only the commits since the
+handle last looked), so a long-lived handle in a sensor or a hook never serves a stale version. The
+operations it offers live one floor down, each in its own module, and never import this one.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .history import CommitTimeline, HistoryEntry, list_commits, read_commit_info
+import fsspec
+import pyarrow as pa
+
+from .actions import AddFile
+from .checkpoint import write_checkpoint
+from .cleanup import cleanup_expired_logs
+from .creation import initial_actions
+from .data_files import add_file_from_parquet
+from .history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
+from .last_checkpoint import LastCheckpoint
 from .properties import ict_enablement_version
-from .segment import commit_name, commit_version
-from .snapshot import Snapshot, load_snapshot, update_snapshot
+from .snapshot import Snapshot
 from .storage import LogStore
-
-if TYPE_CHECKING:
-    import fsspec
-    import pyarrow as pa
-
-    from .last_checkpoint import LastCheckpoint
-    from .transaction import Transaction
-    from .vacuum import VacuumReport
+from .table_context import TableContext
+from .transaction import Transaction
+from .vacuum import VacuumReport, vacuum
 
 
-def _timestamp_ms(value: int | float | str | datetime) -> int:
-    """Accept ms since the epoch, an aware datetime, or an ISO-8601 string (UTC when no offset)."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValueError("timestamp datetime must be timezone-aware (e.g. pendulum or tz=UTC)")
-        return int(value.timestamp() * 1000)
-    if isinstance(value, int | float):
-        return int(value)
-    text = str(value).strip().replace("Z", "+00:00")
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        from datetime import UTC
-
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
-
-
-class DeltaTable:
+class DeltaTable(TableContext):
     """A Delta table at ``uri`` (local path, ``file://``, ``memory://``, ``s3://`` ...).
 
     :param uri: the table root, the folder that holds ``_delta_log``.
@@ -57,16 +45,12 @@ class DeltaTable:
         *,
         filesystem: fsspec.AbstractFileSystem | None = None,
     ) -> None:
-        self.store = LogStore(uri, storage_options, filesystem)
-        self._latest: Snapshot | None = None
-
-    @property
-    def uri(self) -> str:
-        return self.store.uri
+        super().__init__(LogStore(uri, storage_options, filesystem))
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
 
+    # -- reading ----------------------------------------------------------------------------------------
     def snapshot(
         self, version: int | None = None, timestamp: int | float | str | datetime | None = None
     ) -> Snapshot:
@@ -75,21 +59,7 @@ class DeltaTable:
             raise ValueError("pass version or timestamp, not both")
         if timestamp is not None:
             version = self.version_at(timestamp)
-        cached = self._latest
-        if version is None:
-            # A handle that has read the table before reads only the commits since (Delta's "update").
-            snap = update_snapshot(cached) if cached is not None else load_snapshot(self.store)
-            self._latest = snap
-            return snap
-        if cached is not None and cached.version == version:
-            return cached
-        if cached is not None and cached.version < version:
-            # Usually the version just committed (an automatic checkpoint): catch up incrementally.
-            latest = update_snapshot(cached)
-            self._latest = latest
-            if latest.version == version:
-                return latest
-        return load_snapshot(self.store, version)
+        return super().snapshot(version)
 
     def version(self) -> int:
         """The latest version (reads the log)."""
@@ -97,28 +67,19 @@ class DeltaTable:
 
     def version_at(self, timestamp: int | float | str | datetime) -> int:
         """The latest version committed at or before ``timestamp``."""
-        ts = _timestamp_ms(timestamp)
-        latest = self.snapshot()
-        commits = list_commits(self.store)
-        timeline = CommitTimeline(self.store, commits, ict_enablement_version(latest.metadata.configuration))
-        return timeline.version_at(ts)
+        return version_at_timestamp(self.store, self._ict_from(), timestamp)
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """Commits newest first, with the timestamp time travel uses for each."""
-        latest = self.snapshot()
-        commits = list_commits(self.store)
-        timeline = CommitTimeline(self.store, commits, ict_enablement_version(latest.metadata.configuration))
-        indices = list(range(len(commits) - 1, -1, -1))
-        if limit is not None:
-            indices = indices[:limit]
-        datas = self.store.read_log_files(commits[i].name for i in indices)
-        out = []
-        for i, data in zip(indices, datas, strict=True):
-            version = commit_version(commits[i].name)
-            assert version is not None
-            info = read_commit_info(self.store, version, data) or {}
-            out.append(HistoryEntry(version, timeline.timestamp_at(i), info.get("operation"), info))
-        return out
+        return read_history(self.store, self._ict_from(), limit)
+
+    def _ict_from(self) -> int | None:
+        return ict_enablement_version(self.snapshot().metadata.configuration)
+
+    def locate_app_transaction(self, app_id: str, at_version: int) -> int:
+        """The version whose commit recorded the current ``txn`` of ``app_id`` (scanning back from
+        ``at_version``); the checkpoint's version when the commit itself was cleaned up."""
+        return locate_app_transaction(self.store, app_id, at_version)
 
     # -- writing ----------------------------------------------------------------------------------------
     @classmethod
@@ -136,9 +97,6 @@ class DeltaTable:
         filesystem: fsspec.AbstractFileSystem | None = None,
     ) -> DeltaTable:
         """Create a table: version 0 with the lowest protocol its features need (see ``creation``)."""
-        from .creation import initial_actions
-        from .transaction import Transaction
-
         table = cls(uri, storage_options, filesystem=filesystem)
         protocol, metadata = initial_actions(
             schema, partition_by or [], configuration or {}, name, description
@@ -159,17 +117,25 @@ class DeltaTable:
     def transaction(self, isolation: str | None = None, *, allow_unsafe_storage: bool = False) -> Transaction:
         """A transaction that starts from the latest snapshot; ``isolation`` overrides the table's
         ``delta.isolationLevel`` (see ``Transaction``)."""
-        from .transaction import Transaction
-
         return Transaction(
             self, self.snapshot(), isolation=isolation, allow_unsafe_storage=allow_unsafe_storage
         )
 
+    def add_file(
+        self,
+        path: str,
+        partition_values: dict[str, str | None] | None = None,
+        *,
+        data_change: bool = True,
+        tags: dict[str, str] | None = None,
+    ) -> AddFile:
+        """The ``add`` action of a Parquet file already written under the root, stats from its footer
+        (``data_files.add_file_from_parquet``; pass a snapshot there when building many)."""
+        return add_file_from_parquet(self, path, partition_values, data_change=data_change, tags=tags)
+
     # -- maintenance ------------------------------------------------------------------------------------
     def checkpoint(self, version: int | None = None, parts: int | None = None) -> LastCheckpoint:
         """Write a checkpoint of ``version`` (latest by default); see ``checkpoint.write_checkpoint``."""
-        from .checkpoint import write_checkpoint
-
         return write_checkpoint(self, version, parts)
 
     def vacuum(
@@ -180,43 +146,8 @@ class DeltaTable:
         **options: Any,
     ) -> VacuumReport:
         """Delete unreferenced data files older than the retention, as Delta Spark's VACUUM."""
-        from .vacuum import vacuum
-
         return vacuum(self, retention_hours, dry_run, enforce_retention_duration, **options)
 
     def cleanup_expired_logs(self, **options: Any) -> list[str]:
         """Delete log files older than ``delta.logRetentionDuration`` that no retained version needs."""
-        from .cleanup import cleanup_expired_logs
-
         return cleanup_expired_logs(self, **options)
-
-    def locate_app_transaction(self, app_id: str, at_version: int) -> int:
-        """The version whose commit recorded the current ``txn`` of ``app_id`` (scanning back from
-        ``at_version``); the checkpoint's version when the commit itself was cleaned up."""
-        needle = json.dumps(app_id).encode()
-        version = at_version
-        while version >= 0:
-            batch = list(range(version, max(-1, version - 32), -1))
-            try:
-                datas = self.store.read_log_files(commit_name(v) for v in batch)
-            except FileNotFoundError:
-                datas = []
-                for v in batch:
-                    try:
-                        datas.append(self.store.read_log_file(commit_name(v)))
-                    except FileNotFoundError:
-                        return v + 1
-            for v, data in zip(batch, datas, strict=False):
-                if b'"txn"' in data and needle in data and _has_txn(data, app_id):
-                    return v
-            version = batch[-1] - 1
-        return at_version
-
-
-def _has_txn(data: bytes, app_id: str) -> bool:
-    for line in data.split(b"\n"):
-        if b'"txn"' in line:
-            body = json.loads(line).get("txn")
-            if isinstance(body, dict) and body.get("appId") == app_id:
-                return True
-    return False

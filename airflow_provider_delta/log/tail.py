@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .actions import check_commit_info
 from .errors import CorruptLogError, shown
 from .segment import commit_name, commit_version
-
-if TYPE_CHECKING:
-    from .table import DeltaTable
+from .table_context import TableContext
 
 # Operations that never change the table's data even when their actions say dataChange (defensive: Delta
 # writers mark them dataChange=false already).
@@ -37,7 +34,7 @@ class NewCommits:
         return bool(self.data_versions)
 
 
-def latest_after(table: DeltaTable, version: int) -> int | None:
+def latest_after(table: TableContext, version: int) -> int | None:
     """The newest version after ``version``, or ``None`` when there is none (one request when idle)."""
     store = table.store
     if not store.log_file_exists(commit_name(version + 1)):
@@ -50,7 +47,7 @@ def latest_after(table: DeltaTable, version: int) -> int | None:
     return latest
 
 
-def commits_after(table: DeltaTable, version: int, *, classify: bool = False) -> NewCommits | None:
+def commits_after(table: TableContext, version: int, *, classify: bool = False) -> NewCommits | None:
     """New commits after ``version``; with ``classify``, which of them changed data (``dataChange``)."""
     latest = latest_after(table, version)
     if latest is None:
@@ -139,7 +136,7 @@ class Observation:
         return self.cursor if self.satisfied else None
 
 
-def observe(table: DeltaTable, condition: VersionCondition, cursor: int | None) -> Observation:
+def observe(table: TableContext, condition: VersionCondition, cursor: int | None) -> Observation:
     """Check ``condition`` once, examining only commits after ``cursor``.
 
     The first check (``cursor`` None) reads the latest version; every later check that finds no new
@@ -178,7 +175,7 @@ def observe(table: DeltaTable, condition: VersionCondition, cursor: int | None) 
     return Observation(any(v > condition.newer_than for v in new.data_versions), new.latest)
 
 
-def _newer(table: DeltaTable, condition: VersionCondition, start: int, latest: int) -> Observation:
+def _newer(table: TableContext, condition: VersionCondition, start: int, latest: int) -> Observation:
     if not condition.data_changes_only:
         return Observation(True, latest)
     versions = range(start + 1, latest + 1)

@@ -15,11 +15,11 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import __version__ as _core_version
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
-from .commit_info import VACUUM_START, in_commit_timestamp_of, txn_id_of
+from .checkpoint import write_checkpoint
+from .commit_info import ENGINE_INFO, VACUUM_START, in_commit_timestamp_of, txn_id_of
 from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts, table_isolation
 from .errors import (
     CommitFailedError,
@@ -32,19 +32,17 @@ from .errors import (
     ProtocolChangedError,
     StaleSnapshotError,
 )
+from .history import locate_app_transaction
 from .properties import CHECKPOINT_INTERVAL, ict_enablement_version
 from .replay import TableState
 from .segment import commit_name, commit_version
 from .snapshot import Snapshot, load_snapshot
 from .storage import put_if_absent
+from .table_context import TableContext
 from .visibility import base_present, check_visible
 from .writer_rules import validate_commit
 
-if TYPE_CHECKING:
-    from .table import DeltaTable
-
 log = logging.getLogger(__name__)
-ENGINE_INFO = f"airflow-provider-delta/{_core_version}"
 DEFAULT_MAX_ATTEMPTS = 200
 _UNKNOWN_OUTCOME = (TimeoutError, ConnectionError, OSError)
 
@@ -73,7 +71,7 @@ class Transaction:
 
     def __init__(
         self,
-        table: DeltaTable,
+        table: TableContext,
         snapshot: Snapshot | None,
         *,
         isolation: str | None = None,
@@ -211,7 +209,7 @@ class Transaction:
         if version == 0 or interval <= 0 or version % interval:
             return
         try:
-            self.table.checkpoint(version)
+            write_checkpoint(self.table, version)
         except Exception:  # the commit stands; a missing checkpoint only costs readers time
             log.warning(
                 "automatic checkpoint of %s at version %d failed", self.table.uri, version, exc_info=True
@@ -221,7 +219,7 @@ class Transaction:
         txn = self.app_transaction
         if txn is None or app_versions.get(txn.app_id, -1) < txn.version:
             return None
-        holder = self.table.locate_app_transaction(txn.app_id, at_version)
+        holder = locate_app_transaction(self.table.store, txn.app_id, at_version)
         log.info(
             "app transaction %s version %d is already in %s (version %d): nothing to commit",
             txn.app_id,

@@ -17,7 +17,7 @@ import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,12 +28,11 @@ from .arrow_utils import decode_uri_paths
 from .errors import CorruptLogError, DeltaError, RetentionTooShortError
 from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
 from .protocol import check_write_supported
+from .schema import column_mapping_mode, physical_partition_names
 from .snapshot import Snapshot, load_snapshot, update_snapshot
 from .storage import LogStore, delete_files, mtime_of
+from .table_context import TableContext
 from .transaction import Transaction
-
-if TYPE_CHECKING:
-    from .table import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class VacuumReport:
 
 
 def vacuum(
-    table: DeltaTable,
+    table: TableContext,
     retention_hours: float | None = None,
     dry_run: bool = True,
     enforce_retention_duration: bool = True,
@@ -277,8 +276,6 @@ def _relative(paths: pa.Array, root: str) -> pa.Array:
 
 # -- what exists ------------------------------------------------------------------------------------------
 def _partition_dir_names(snap: Snapshot) -> tuple[str, ...]:
-    from .schema import column_mapping_mode, physical_partition_names
-
     cols = snap.partition_columns
     physical = physical_partition_names(snap.metadata.schema, cols, column_mapping_mode(snap.configuration))
     return tuple(sorted(set(cols) | set(physical.values())))
@@ -404,7 +401,7 @@ def _find(store: LogStore) -> tuple[list[str], list[int], list[int]]:
 
 # -- recording in the log ------------------------------------------------------------------------------
 def _commit(
-    table: DeltaTable, snap: Snapshot, operation: str, params: dict[str, Any], metrics: dict[str, Any]
+    table: TableContext, snap: Snapshot, operation: str, params: dict[str, Any], metrics: dict[str, Any]
 ) -> None:
     """An empty commit (commitInfo only) with operationMetrics, as Delta Spark writes VACUUM START/END.
 
@@ -414,7 +411,7 @@ def _commit(
     Transaction(table, snap).commit(operation, params, operation_metrics=metrics, auto_checkpoint=False)
 
 
-def _end(table: DeltaTable, latest: Snapshot, status: str, deleted: int, listed: pa.Table) -> None:
+def _end(table: TableContext, latest: Snapshot, status: str, deleted: int, listed: pa.Table) -> None:
     """Record VACUUM END from ``latest`` (VACUUM's snapshot brought up to date, START among its commits)."""
     parents = pc.replace_substring_regex(listed.column("path"), r"/?[^/]*$", "")
     dirs = len(pc.unique(parents.combine_chunks())) if listed.num_rows else 1

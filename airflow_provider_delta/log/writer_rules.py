@@ -7,17 +7,30 @@ Checked once, before the first attempt: a commit that breaks one is refused with
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+import typing
 
+from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .errors import InvalidCommitError
 from .properties import APPEND_ONLY, bool_property
 from .protocol import check_write_supported
 from .replay import check_metadata
 from .schema import column_mapping_mode, physical_partition_names
+from .snapshot import Snapshot
+from .table_context import TableContext
 
-if TYPE_CHECKING:
-    from .actions import Metadata
-    from .transaction import Transaction
+
+class PendingCommit(typing.Protocol):
+    """What the rules read of a commit about to be written; a ``Transaction`` is one."""
+
+    table: TableContext
+    snapshot: Snapshot | None
+    metadata: Metadata | None
+    protocol: Protocol | None
+    adds: list[AddFile]
+    removes: list[RemoveFile]
+    app_transaction: SetTransaction | None
+    domains: list[DomainMetadata]
+    constraints_checked: bool
 
 
 def _uses(schema: dict, key: str) -> bool:
@@ -26,7 +39,7 @@ def _uses(schema: dict, key: str) -> bool:
     return f'"{key}' in text
 
 
-def validate_commit(txn: Transaction) -> None:
+def validate_commit(txn: PendingCommit) -> None:
     snap = txn.snapshot
     metadata = txn.metadata or (snap.metadata if snap else None)
     protocol = txn.protocol or (snap.protocol if snap else None)
@@ -57,7 +70,7 @@ def validate_commit(txn: Transaction) -> None:
     _check_constraints(txn, schema, metadata.configuration, where)
 
 
-def _check_unique_paths(txn: Transaction, where: str) -> None:
+def _check_unique_paths(txn: PendingCommit, where: str) -> None:
     # "A single log entry MUST NOT include more than one action that reconciles with each other."
     seen: set[tuple[str, str | None]] = set()
     for action in (*txn.adds, *txn.removes):
@@ -79,7 +92,7 @@ def _check_unique_paths(txn: Transaction, where: str) -> None:
         raise InvalidCommitError(f"{where}: a domain is set twice in one commit")
 
 
-def _is_dv_update(txn: Transaction, path: str) -> bool:
+def _is_dv_update(txn: PendingCommit, path: str) -> bool:
     """remove(path, old DV) + add(path, new DV) is how a deletion vector is replaced: allowed."""
     return (
         any(a.path == path for a in txn.adds)
@@ -88,7 +101,7 @@ def _is_dv_update(txn: Transaction, path: str) -> bool:
     )
 
 
-def _check_append_only(txn: Transaction, configuration: dict[str, str], where: str) -> None:
+def _check_append_only(txn: PendingCommit, configuration: dict[str, str], where: str) -> None:
     if bool_property(configuration, APPEND_ONLY) and any(r.data_change for r in txn.removes):
         raise InvalidCommitError(
             f"{where} is append-only (delta.appendOnly=true): this commit removes data; only rearranging "
@@ -96,7 +109,7 @@ def _check_append_only(txn: Transaction, configuration: dict[str, str], where: s
         )
 
 
-def _check_partitions(txn: Transaction, metadata: Metadata, where: str) -> None:
+def _check_partitions(txn: PendingCommit, metadata: Metadata, where: str) -> None:
     # "Values for all partition columns present in the schema MUST be present for all files", keyed by
     # physical names under column mapping ("Writer Requirements for Column Mapping").
     mode = column_mapping_mode(metadata.configuration)
@@ -113,7 +126,7 @@ def _check_partitions(txn: Transaction, metadata: Metadata, where: str) -> None:
             )
 
 
-def _check_constraints(txn: Transaction, schema: dict, configuration: dict[str, str], where: str) -> None:
+def _check_constraints(txn: PendingCommit, schema: dict, configuration: dict[str, str], where: str) -> None:
     if not txn.adds or txn.constraints_checked or not any(a.data_change for a in txn.adds):
         return
     needs = []

@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log import AddFile, add_file_from_parquet
 from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, record_commit
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class DeltaCommitOperator(BaseOperator):
                 adds.append(AddFile.from_dict(item))
             else:
                 pv = partition_values_from_path(str(item), snap.partition_columns)
-                adds.append(AddFile.from_file(snap, str(item), pv))
+                adds.append(add_file_from_parquet(snap, str(item), pv))
         return adds
 
     def _removes(self, snap: Snapshot) -> list[AddFile]:

@@ -147,8 +147,7 @@ def read_action_files(
     batches: Iterator[pa.RecordBatch], table_uri: str, options: dict
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: parse commit and checkpoint files with the core's parsers into action rows."""
-    from airflow_provider_delta.log.commit_json import parse_json_actions
-    from airflow_provider_delta.log.replay import Actions
+    from airflow_provider_delta.log.commit_json import Actions, parse_json_actions
 
     store = LogStore(table_uri, options)
     for batch in batches:
@@ -167,7 +166,8 @@ def _checkpoint_rows(store: LogStore, name: str, version: int) -> Iterator[pa.Re
     (which also reshapes what legacy writers stored), so a part of millions of actions is never whole."""
     import pyarrow.parquet as pq
 
-    from airflow_provider_delta.log.replay import Actions, apply_checkpoint_batch
+    from airflow_provider_delta.log.commit_json import Actions
+    from airflow_provider_delta.log.replay import apply_checkpoint_batch
 
     with store.open_input_file(store.log_file(name)) as fh:
         pf = pq.ParquetFile(fh)

@@ -14,15 +14,19 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_delta.log.actions import Metadata, Protocol
 from airflow_provider_delta.log.partition_values import serialize_partition_value
 from airflow_provider_delta.log.stats import file_stats
 
 from .schema import to_physical
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 128 * 1024  # buffer Spark's small Arrow batches into row groups of this many rows
@@ -38,6 +42,19 @@ ADD_ROW = pa.schema(
         ("stats", pa.string()),
     ]
 )
+
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """The DataFrame as it will be written (table columns, logical names) and the table it goes into."""
+
+    df: DataFrame
+    schema: dict
+    configuration: dict[str, str]
+    partition_columns: tuple[str, ...]
+    protocol: Protocol | None = None  # set when this write creates the table
+    metadata: Metadata | None = None  # set when creating the table or merging the schema
 
 
 @dataclass(frozen=True)

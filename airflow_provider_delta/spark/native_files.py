@@ -31,14 +31,12 @@ from airflow_provider_delta.log.partition_values import parse_partition_value, s
 from airflow_provider_delta.log.schema import column_mapping_mode, decimal_params
 from airflow_provider_delta.log.stats import file_stats
 
-from .data_files import HIVE_NULL
+from .data_files import HIVE_NULL, WritePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_provider_delta.log.storage import LogStore
-
-    from .write import WritePlan
 
 STAGING_DIR = "_delta_spark_staging"
 NATIVE_WRITES = True  # tests switch it off to compare with the mapInArrow path on the same data

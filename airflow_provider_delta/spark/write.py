@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,32 +32,20 @@ from airflow_provider_delta.log.protocol import check_write_supported, writer_fe
 from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
 
 from .constraints import Rule, check, generated_columns, table_rules
-from .data_files import ADD_ROW, WriteSpec, write_files
+from .data_files import ADD_ROW, WritePlan, WriteSpec, write_files
 from .native_files import native_write_blocker, write_native
 from .schema import SchemaMismatchError, assign_column_mapping, delta_schema_of, enforce, spark_schema_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from airflow_provider_delta.log import Metadata, Protocol, Snapshot
+    from airflow_provider_delta.log import Snapshot
 
 log = logging.getLogger(__name__)
 MODES = ("append", "overwrite")
 _ADD_ROW_DDL = (
     "path string, size long, partitionValues map<string,string>, modificationTime long, stats string"
 )
-
-
-@dataclass(frozen=True)
-class WritePlan:
-    """The DataFrame as it will be written (table columns, logical names) and the table it goes into."""
-
-    df: DataFrame
-    schema: dict
-    configuration: dict[str, str]
-    partition_columns: tuple[str, ...]
-    protocol: Protocol | None = None  # set when this write creates the table
-    metadata: Metadata | None = None  # set when creating the table or merging the schema
 
 
 def write(

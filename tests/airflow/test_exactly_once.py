@@ -273,7 +273,7 @@ def test_racing_runs_load_each_interval_once(tmp_path: Path, dag_file, dags_fold
 
 STALE_PRELUDE = """
         import time
-        from airflow_provider_delta.log import AddFile, DeltaTable as _Table
+        from airflow_provider_delta.log import DeltaTable as _Table
 
         class Stale(DeltaCommitOperator):
             def _adds(self, snap):
@@ -287,7 +287,7 @@ STALE_PRELUDE = """
                         os.makedirs(os.path.join(ROOT, os.path.dirname(rel)), exist_ok=True)
                         pq.write_table(pa.table({"id": [i], "loaded": ["other"]}), os.path.join(ROOT, rel))
                         t.transaction().add_files(
-                            [AddFile.from_file(t, rel, {"day": f"2023-12-0{i + 1}"})]
+                            [t.add_file(rel, {"day": f"2023-12-0{i + 1}"})]
                         ).commit()
                     t.checkpoint()
                     t.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + 86_400_000)

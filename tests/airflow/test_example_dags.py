@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import AddFile, DeltaTable
+from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
 from airflow_provider_delta.triggers.delta import DeltaTableWatcherTrigger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
@@ -151,7 +151,7 @@ def test_downstream_defers_until_the_day_lands(examples, tmp_path: Path):
         (tmp_path / "tables" / "events" / f"day={day.date()}").mkdir()
         pq.write_table(ingest.day_rows(day.date()), tmp_path / "tables" / "events" / rel)
         txn = table.transaction()
-        txn.add_files([AddFile.from_file(txn.snapshot, rel, {"day": str(day.date())})])
+        txn.add_files([add_file_from_parquet(txn.snapshot, rel, {"day": str(day.date())})])
         txn.set_app_transaction(f"airflow/delta_ingest/commit/-1/{day.isoformat()}", 1).commit()
 
     timer = threading.Timer(1.5, land)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import AddFile, DeltaTable
+from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.segment import commit_name
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -40,7 +40,7 @@ def _build(root: Path, configuration: dict[str, str] | None = None) -> DeltaTabl
     t = DeltaTable.create(str(root), SCHEMA, configuration=cfg)
     for v in range(1, 15):
         pq.write_table(pa.table({"id": [v]}), root / f"f{v}.parquet")
-        t.transaction().add_files([AddFile.from_file(t, f"f{v}.parquet")]).commit(auto_checkpoint=False)
+        t.transaction().add_files([add_file_from_parquet(t, f"f{v}.parquet")]).commit(auto_checkpoint=False)
         if v == 10:
             t.checkpoint()
     return t

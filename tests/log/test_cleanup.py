@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import AddFile, DeltaTable, VersionNotFoundError
+from airflow_provider_delta.log import DeltaTable, VersionNotFoundError, add_file_from_parquet
 from airflow_provider_delta.log.cleanup import cleanup_expired_logs, cutoff_checkpoint
 from airflow_provider_delta.log.storage import FileMeta
 
@@ -34,7 +34,7 @@ def build(root: Path, commits: int, configuration: dict[str, str] | None = None)
     for v in range(1, commits):
         rel = f"part-{v:05d}.parquet"
         pq.write_table(pa.table({"id": [v]}), root / rel)
-        t.transaction().add_files([AddFile.from_file(t, rel)]).commit()
+        t.transaction().add_files([add_file_from_parquet(t, rel)]).commit()
     return t
 
 

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from airflow_provider_delta.log import AddFile, DeltaTable, UnsafeStorageError
+from airflow_provider_delta.log import AddFile, DeltaTable, UnsafeStorageError, add_file_from_parquet
 from airflow_provider_delta.log.storage import LogStore, put_if_absent
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _write_parquet(table: DeltaTable, rel: str, ids: list[int]) -> None:
 def _append(table: DeltaTable, p: str, ids: list[int]) -> int:
     rel = f"p={p}/part-{uuid.uuid4().hex}.parquet"
     _write_parquet(table, rel, ids)
-    return table.transaction().add_files([AddFile.from_file(table, rel, {"p": p})]).commit().version
+    return table.transaction().add_files([add_file_from_parquet(table, rel, {"p": p})]).commit().version
 
 
 def _ours(table: DeltaTable) -> tuple[int, dict[str, int], dict[str, dict]]:

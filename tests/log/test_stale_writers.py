@@ -30,6 +30,7 @@ from airflow_provider_delta.log import (
     MetadataChangedError,
     StaleSnapshotError,
     UnsupportedFeatureError,
+    add_file_from_parquet,
     transaction,
 )
 from airflow_provider_delta.log.actions import Protocol
@@ -44,7 +45,7 @@ def _file(table: DeltaTable, name: str, p: str = "a") -> AddFile:
     root = table.store.root
     os.makedirs(f"{root}/p={p}", exist_ok=True)
     pq.write_table(pa.table({"id": [int(time.time_ns() % 10**9)]}), f"{root}/p={p}/{name}.parquet")
-    return AddFile.from_file(table, f"p={p}/{name}.parquet", {"p": p})
+    return add_file_from_parquet(table, f"p={p}/{name}.parquet", {"p": p})
 
 
 def _advance_and_clean(table: DeltaTable, commits: int = 3, tag: str = "other") -> int:

@@ -28,6 +28,7 @@ from airflow_provider_delta.log import (
     MetadataChangedError,
     ProtocolChangedError,
     UnsupportedFeatureError,
+    add_file_from_parquet,
 )
 from airflow_provider_delta.log.actions import Metadata, Protocol
 
@@ -74,7 +75,7 @@ def table(tmp_path: Path) -> DeltaTable:
 
 def add(t: DeltaTable, root: Path, p: str, ids: list[int], name: str | None = None) -> AddFile:
     rel = write_parquet(root, f"p={p}/{name or 'part-' + str(ids[0])}.parquet", ids)
-    return AddFile.from_file(t, rel, {"p": p})
+    return add_file_from_parquet(t, rel, {"p": p})
 
 
 # -- interop --------------------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def test_stats_from_the_parquet_footer_match_what_delta_rs_computes(tmp_path: Pa
     src = tmp_path / "theirs" / urllib.parse.unquote(their_add["path"])
     (tmp_path / "ours" / "p=x").mkdir()
     (tmp_path / "ours" / "p=x" / src.name).write_bytes(src.read_bytes())
-    ours = json.loads(AddFile.from_file(t, f"p=x/{src.name}", {"p": "x"}).stats)
+    ours = json.loads(add_file_from_parquet(t, f"p=x/{src.name}", {"p": "x"}).stats)
     their_stats = json.loads(
         next(
             json.loads(line)["add"]["stats"]
@@ -136,7 +137,7 @@ def test_we_commit_on_top_of_a_delta_rs_table(tmp_path: Path):
     )
     t = DeltaTable(str(root))
     snap = t.snapshot()
-    new = AddFile.from_file(snap, write_parquet(root, "p=z/ours.parquet", [10, 11]), {"p": "z"})
+    new = add_file_from_parquet(snap, write_parquet(root, "p=z/ours.parquet", [10, 11]), {"p": "z"})
     victim = AddFile.from_dict(
         next(r for r in snap.files.to_pylist() if dict(r["partitionValues"])["p"] == "y")
     )
@@ -397,7 +398,7 @@ def test_writing_a_table_with_an_unknown_writer_feature_is_refused(tmp_path: Pat
 def test_paths_outside_the_table_root_are_refused(tmp_path: Path, table: DeltaTable):
     for bad in ("../escape.parquet", "/abs/file.parquet", "_delta_log/00000000000000000009.json"):
         with pytest.raises(InvalidCommitError):
-            AddFile.from_file(table, bad, {"p": "x"})
+            add_file_from_parquet(table, bad, {"p": "x"})
 
 
 def test_creating_over_an_existing_table_fails(tmp_path: Path, table: DeltaTable):

@@ -20,7 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
-from airflow_provider_delta.log import AddFile, DeltaTable, RemoveFile, UnsupportedFeatureError
+from airflow_provider_delta.log import (
+    AddFile,
+    DeltaTable,
+    RemoveFile,
+    UnsupportedFeatureError,
+    add_file_from_parquet,
+)
 from airflow_provider_delta.log.actions import FileFields
 from airflow_provider_delta.log.checkpoint import checkpoint_table
 from airflow_provider_delta.log.snapshot import load_snapshot, update_snapshot
@@ -68,7 +74,7 @@ def data_files(root: Path) -> set[str]:
 
 
 def add(t: DeltaTable, rel: str, p: str = "a") -> AddFile:
-    return AddFile.from_file(t, rel, {"p": p})
+    return add_file_from_parquet(t, rel, {"p": p})
 
 
 @pytest.fixture
@@ -179,7 +185,7 @@ def test_partition_columns_starting_with_underscore_are_not_hidden(root: Path):
         str(root), pa.schema([("id", pa.int64()), ("_p", pa.string())]), partition_by=["_p"]
     )
     live = write(root, "_p=1/live.parquet")
-    t.transaction().add_files([AddFile.from_file(t, live, {"_p": "1"})]).commit()
+    t.transaction().add_files([add_file_from_parquet(t, live, {"_p": "1"})]).commit()
     orphan = write(root, "_p=1/orphan.parquet")
     write(root, "_q=1/not-a-partition.parquet")
     write(root, "_p/no-equals.parquet")
@@ -470,7 +476,7 @@ def test_vacuum_on_another_fsspec_backend():
         for name in ("live.parquet", "orphan.parquet", "_x/hidden.parquet", "a/b/orphan.parquet"):
             with fs.open(f"{base}/{name}", "wb") as fh:
                 pq.write_table(pa.table({"id": [1]}), fh)
-        t.transaction().add_files([AddFile.from_file(t, "live.parquet")]).commit()
+        t.transaction().add_files([add_file_from_parquet(t, "live.parquet")]).commit()
         later = int(time.time() * 1000) + 10 * DAY
         assert vacuum(t, dry_run=False, now_ms=later).files == ["a/b/orphan.parquet", "orphan.parquet"]
         left = {p[len(base) + 1 :] for p in fs.find(base) if "/_delta_log/" not in p}

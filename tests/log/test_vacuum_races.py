@@ -18,7 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import AddFile, ConcurrentVacuumError, DeltaTable, vacuum
+from airflow_provider_delta.log import (
+    ConcurrentVacuumError,
+    DeltaTable,
+    add_file_from_parquet,
+    vacuum,
+)
 
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -39,12 +44,12 @@ def _vacuum_now(table: DeltaTable) -> Any:
 @pytest.fixture
 def table(tmp_path: Path) -> DeltaTable:
     t = DeltaTable.create(str(tmp_path / "t"), SCHEMA)
-    t.transaction().add_files([AddFile.from_file(t, _write(t, "base.parquet"))]).commit()
+    t.transaction().add_files([add_file_from_parquet(t, _write(t, "base.parquet"))]).commit()
     return t
 
 
 def test_a_writer_that_read_before_vacuum_started_is_refused_and_can_retry(table: DeltaTable):
-    add = AddFile.from_file(table, _write(table, "pending.parquet", age_s=5))
+    add = add_file_from_parquet(table, _write(table, "pending.parquet", age_s=5))
     txn = DeltaTable(table.uri).transaction().add_files([add])  # read before VACUUM
     report = _vacuum_now(table)
     assert "pending.parquet" in report.files  # unreferenced, so VACUUM deleted it
@@ -55,7 +60,7 @@ def test_a_writer_that_read_before_vacuum_started_is_refused_and_can_retry(table
     assert "pending.parquet" not in DeltaTable(table.uri).snapshot().file_paths()
 
     # The writer's retry: the file again, a new transaction (its snapshot has START and END: no vacuum runs).
-    retry = AddFile.from_file(table, _write(table, "pending.parquet"))
+    retry = add_file_from_parquet(table, _write(table, "pending.parquet"))
     table.transaction().add_files([retry]).commit()
     snap = DeltaTable(table.uri).snapshot()
     assert "pending.parquet" in snap.file_paths()
@@ -68,11 +73,11 @@ def test_a_writer_whose_snapshot_holds_an_unfinished_vacuum_refuses_old_files(ta
         "VACUUM START",
         {"retentionCheckEnabled": False, "specifiedRetentionMillis": 0, "defaultRetentionMillis": 0},
     )
-    old = AddFile.from_file(table, _write(table, "old.parquet", age_s=60))
+    old = add_file_from_parquet(table, _write(table, "old.parquet", age_s=60))
     with pytest.raises(ConcurrentVacuumError, match="in progress"):
         table.transaction().add_files([old]).commit()
     # A file written after the VACUUM started is not at risk.
-    new = AddFile.from_file(table, _write(table, "new.parquet"))
+    new = add_file_from_parquet(table, _write(table, "new.parquet"))
     table.transaction().add_files([new]).commit()
     # Once VACUUM END is in the log, old files may be committed again.
     table.transaction().commit("VACUUM END", {"status": "COMPLETED"})
@@ -81,7 +86,7 @@ def test_a_writer_whose_snapshot_holds_an_unfinished_vacuum_refuses_old_files(ta
 
 
 def test_vacuum_keeps_files_committed_between_its_listing_and_its_start(table: DeltaTable, monkeypatch):
-    add = AddFile.from_file(table, _write(table, "racing.parquet", age_s=5))
+    add = add_file_from_parquet(table, _write(table, "racing.parquet", age_s=5))
     real_commit = vacuum._commit
 
     def writer_commits_first(t: Any, snap: Any, operation: str, *args: Any) -> None:
@@ -100,7 +105,7 @@ def test_vacuum_keeps_files_committed_between_its_listing_and_its_start(table: D
 def test_a_stale_append_whose_file_vacuum_deleted_is_refused(table: DeltaTable):
     """The log that held the VACUUM (START and END) was cleaned up while the transaction was open: only
     storage can tell that its file is gone."""
-    add = AddFile.from_file(table, _write(table, "f.parquet", age_s=5))
+    add = add_file_from_parquet(table, _write(table, "f.parquet", age_s=5))
     txn = DeltaTable(table.uri).transaction().add_files([add]).set_app_transaction("w", 0)
     other = DeltaTable(table.uri)
     for i in range(3):
@@ -130,7 +135,7 @@ def test_checkpoints_stop_before_an_unfinished_vacuum_start(table: DeltaTable, m
         out["checkpoint"] = other.checkpoint().version  # an automatic checkpoint, say
         writer = DeltaTable(table.uri).transaction()
         try:
-            out["writer"] = writer.add_files([AddFile.from_file(writer.snapshot, "f.parquet")]).commit()
+            out["writer"] = writer.add_files([add_file_from_parquet(writer.snapshot, "f.parquet")]).commit()
         except ConcurrentVacuumError as exc:
             out["writer"] = exc
         real_delete(store, paths, under, **kw)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from oracle_client import Oracle
 
-from airflow_provider_delta.log import AddFile, DeltaTable
+from airflow_provider_delta.log import AddFile, DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.deletion_vectors import (
     DeletionVectorDescriptor,
     decode_bitmap,
@@ -173,7 +173,7 @@ def test_delta_spark_reads_vectors_we_write(oracle: Oracle, tmp_path):
     for name, (base, n) in FILES.items():
         keys = np.arange(base, base + n)
         pq.write_table(pa.table({"k": keys, "s": [f"s{k}" for k in keys]}, schema=SCHEMA), root / name)
-        adds.append(AddFile.from_file(table, name))
+        adds.append(add_file_from_parquet(table, name))
     table.transaction().add_files(adds).commit()
     assert _delta_spark_keys(oracle, uri) == _expected({})
 

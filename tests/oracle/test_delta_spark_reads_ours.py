@@ -20,7 +20,7 @@ from oracle_client import Oracle, OracleError
 from oracle_compare import Mismatches, compare_history, compare_step, compare_time_travel, compare_versions
 from oracle_scenarios import age_log
 
-from airflow_provider_delta.log import AddFile, DeltaTable
+from airflow_provider_delta.log import AddFile, DeltaTable, add_file_from_parquet
 
 SCHEMA = pa.schema([("k", pa.int64()), ("s", pa.string()), ("part", pa.string())])
 _DAY_MS = 86_400_000
@@ -33,7 +33,7 @@ def _add(table: DeltaTable, root: Path, part: str, keys: list[int]) -> AddFile:
     (root / rel).parent.mkdir(parents=True, exist_ok=True)
     data = pa.table({"k": pa.array(keys, pa.int64()), "s": [f"s{k}" for k in keys]})
     pq.write_table(data, root / rel)
-    return AddFile.from_file(table, rel, {"part": part})
+    return add_file_from_parquet(table, rel, {"part": part})
 
 
 def _vacuum_agrees(m: Mismatches, oracle: Oracle, uri: str, where: str) -> None:

@@ -28,7 +28,7 @@ import pytest
 from oracle_client import Oracle
 from oracle_compare import Mismatches, compare_step
 
-from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable
+from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
 
 ORACLE_LOGSTORE = "io.github.airflowproviderdelta.oracle.LinkLocalLogStore"
 SCHEMA = pa.schema([("k", pa.int64()), ("part", pa.string())])
@@ -77,7 +77,7 @@ def _data_file(table: DeltaTable, part: str) -> AddFile:
     path = Path(table.uri) / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"k": pa.array([key], pa.int64())}), path)
-    return AddFile.from_file(table, rel, {"part": part})
+    return add_file_from_parquet(table, rel, {"part": part})
 
 
 def _table(path: Path, isolation: str) -> tuple[DeltaTable, dict[str, AddFile]]:

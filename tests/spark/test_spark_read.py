@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from spark_helpers import GOLDEN, bitmap_array, dv_file, kernel_rows, rows, z85_encode
 
-from airflow_provider_delta.log import AddFile, DeltaTable
+from airflow_provider_delta.log import AddFile, DeltaTable, add_file_from_parquet
 from airflow_provider_delta.spark import read
 
 
@@ -65,7 +65,7 @@ def _dv_table(tmp_path: Path) -> tuple[str, AddFile]:
     pq.write_table(pa.table({"id": pa.array(range(10), pa.int64())}), tmp_path / "dv" / "data.parquet",
                    row_group_size=4)  # fmt: skip
     table = DeltaTable(uri)
-    add = AddFile.from_file(table, "data.parquet")
+    add = add_file_from_parquet(table, "data.parquet")
     table.transaction().add_files([add]).commit()
     return uri, add
 

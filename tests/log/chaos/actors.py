@@ -39,6 +39,7 @@ from airflow_provider_delta.log import (
     ConcurrentVacuumError,
     DeltaError,
     DeltaTable,
+    add_file_from_parquet,
 )
 
 from .audit import check_rows, compare_checkpoint
@@ -224,7 +225,7 @@ def _writer_step(
 
     def commit() -> Any:
         try:
-            add = AddFile.from_file(txn.snapshot, path)
+            add = add_file_from_parquet(txn.snapshot, path)
         except NOT_FOUND:
             return None  # VACUUM took the file before it was committed: write it again
         try:
@@ -282,7 +283,7 @@ def _compactor_step(a: Actor, table: DeltaTable) -> None:
 
     def commit() -> Any:
         try:
-            add = AddFile.from_file(txn.snapshot, out, data_change=False)
+            add = add_file_from_parquet(txn.snapshot, out, data_change=False)
         except NOT_FOUND:  # VACUUM took the output before it was committed
             a.journal.write({"t": "race", "what": "compactor output vacuumed before its commit"})
             return None

@@ -1,0 +1,44 @@
+"""A table as operations see it: its storage, and its latest snapshot kept up to date cheaply.
+
+Operations (commits, checkpoints, VACUUM, log cleanup, tailing) take a ``TableContext`` rather than the
+``DeltaTable`` facade, which builds on this class and is imported by none of them: as in delta-kernel-rs,
+an operation is handed what it needs, a store and snapshots, instead of reaching up for the table object.
+"""
+
+from __future__ import annotations
+
+from .snapshot import Snapshot, load_snapshot, update_snapshot
+from .storage import LogStore
+
+
+class TableContext:
+    """A table's ``LogStore`` and the newest snapshot read through it.
+
+    Every ``snapshot()`` reads the log afresh (cheaply: a handle that has read the table before reads only
+    the commits since, Delta's "update"), so a long-lived context never serves a stale version.
+    """
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self._latest: Snapshot | None = None
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    def snapshot(self, version: int | None = None) -> Snapshot:
+        """The latest snapshot, or the one at ``version``."""
+        cached = self._latest
+        if version is None:
+            snap = update_snapshot(cached) if cached is not None else load_snapshot(self.store)
+            self._latest = snap
+            return snap
+        if cached is not None and cached.version == version:
+            return cached
+        if cached is not None and cached.version < version:
+            # Usually the version just committed (an automatic checkpoint): catch up incrementally.
+            latest = update_snapshot(cached)
+            self._latest = latest
+            if latest.version == version:
+                return latest
+        return load_snapshot(self.store, version)
