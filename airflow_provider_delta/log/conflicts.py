@@ -10,13 +10,13 @@ removed, and with partitions it read; app ids this transaction depends on must n
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from .actions import SetTransaction, check_commit_info
-from .commit_info import vacuum_cutoff
+from .actions import AddFile, SetTransaction, check_commit_info
+from .commit_info import VACUUM_START, vacuum_cutoff
 from .errors import (
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
@@ -29,6 +29,7 @@ from .errors import (
     ProtocolChangedError,
     shown,
 )
+from .snapshot import Snapshot
 
 ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
 ISOLATION_LEVEL = "delta.isolationLevel"
@@ -195,3 +196,24 @@ def check_conflicts(
             raise ConcurrentDeleteDeleteError(f"{hit[0]} was removed by both transactions", **kw)
     if hit := sorted(set(win.app_ids) & read.app_ids):
         raise ConcurrentTransactionError(f"application id {hit[0]!r} committed concurrently", **kw)
+
+
+def oldest_modification(adds: Sequence[AddFile]) -> int | None:
+    """The oldest modification time among files a commit adds: what a concurrent VACUUM could have found
+    unreferenced (and deleted, when older than its cut-off)."""
+    return min((a.modification_time for a in adds), default=None)
+
+
+def check_vacuum_in_progress(snapshot: Snapshot, adds: Sequence[AddFile], uri: str) -> None:
+    """Refuse to add files that a VACUUM which started before ``snapshot`` (and has not ended in it) may be
+    deleting: files older than its cut-off (see ``commit_info.vacuum_cutoff``)."""
+    oldest = oldest_modification(adds)
+    if snapshot.vacuum_cutoff is None or oldest is None or oldest >= snapshot.vacuum_cutoff:
+        return
+    raise ConcurrentVacuumError(
+        f"a VACUUM of {uri} is in progress (started before version {snapshot.version}, not ended) and may "
+        "delete the files this transaction adds: they were written before its cut-off. Write them again "
+        "and retry",
+        winning_version=snapshot.version,
+        winning_operation=VACUUM_START,
+    )

@@ -27,9 +27,15 @@ from urllib.parse import unquote
 
 import fsspec
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from .arrow_utils import decode_uri_paths
 from .deletion_vector_format import as_row_indexes, decode_bitmap, encode_bitmap, z85_decode, z85_encode
-from .errors import DeletionVectorError, InvalidCommitError, UnsupportedFeatureError
+from .errors import CorruptLogError, DeletionVectorError, InvalidCommitError, UnsupportedFeatureError
+
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+_UUID_HEX_POS = [i for i in range(36) if i not in (8, 13, 18, 23)]
 
 __all__ = [
     "FILE_FORMAT_VERSION",
@@ -353,3 +359,42 @@ def write_deletion_vectors(
 
 def _max_row(rows: np.ndarray) -> int | None:
     return int(rows[-1]) if len(rows) else None
+
+
+# -- many descriptors at once ---------------------------------------------------------------------------
+def stored_dv_paths(dv: pa.StructArray) -> list[pa.Array]:
+    """Deletion-vector files ("Deletion Vector Files"): ``u`` is a UUID (Z85, after an optional random
+    prefix that names a sub-directory) relative to the root, ``p`` an absolute URI, ``i`` inline (no file).
+
+    Vectorised over a ``deletionVector`` column (VACUUM keeps the files of millions of adds): the ``u`` paths
+    root-relative, the ``p`` ones decoded; what a descriptor cannot name is a ``CorruptLogError``."""
+    if dv.null_count == len(dv):
+        return []
+    kind = pc.fill_null(dv.field("storageType"), "")
+    value = dv.field("pathOrInlineDv")
+    absolute = decode_uri_paths(pc.unique(value.filter(pc.equal(kind, "p"))))
+    ids = pc.unique(value.filter(pc.equal(kind, "u")))
+    if len(ids) == 0:
+        return [absolute]
+    if not pc.all(pc.greater_equal(pc.binary_length(ids), 20)).as_py():
+        raise CorruptLogError(
+            "a deletion vector with storageType 'u' has no 20-character Z85 id"
+        )
+    prefix = pc.utf8_slice_codeunits(ids, 0, -20)
+    folder = pc.if_else(pc.equal(prefix, ""), "", pc.binary_join_element_wise(prefix, "/", ""))
+    uuids = _z85_uuids(pc.utf8_slice_codeunits(ids, -20))
+    return [absolute, pc.binary_join_element_wise(folder, "deletion_vector_", uuids, ".bin", "")]
+
+
+def _z85_uuids(encoded: pa.Array) -> pa.Array:
+    """Decode 20-character Z85 strings to canonical UUID strings, all at once (``z85_decode`` of the
+    concatenated text gives 16 bytes per id)."""
+    n = len(encoded)
+    offsets = np.frombuffer(encoded.buffers()[1], np.int32)[encoded.offset : encoded.offset + n + 1]
+    data = np.frombuffer(encoded.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+    if len(data) != 20 * n:
+        raise CorruptLogError("a deletion vector id is not 20 ASCII Z85 characters")
+    raw = np.frombuffer(z85_decode(data.tobytes().decode("ascii", errors="replace")), np.uint8).reshape(n, 16)
+    out = np.full((n, 36), ord("-"), np.uint8)
+    out[:, _UUID_HEX_POS] = np.stack([_HEX[raw >> 4], _HEX[raw & 15]], axis=2).reshape(n, 32)
+    return pa.array(out.view("S36").ravel()).cast(pa.string())

@@ -20,7 +20,15 @@ from typing import Any
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .checkpoint import write_checkpoint
 from .commit_info import ENGINE_INFO, VACUUM_START, in_commit_timestamp_of, txn_id_of
-from .conflicts import ISOLATION_LEVELS, ReadSet, WinningCommit, check_conflicts, table_isolation
+from .conflicts import (
+    ISOLATION_LEVELS,
+    ReadSet,
+    WinningCommit,
+    check_conflicts,
+    check_vacuum_in_progress,
+    oldest_modification,
+    table_isolation,
+)
 from .errors import (
     CommitFailedError,
     CommitOutcomeUnknownError,
@@ -39,7 +47,7 @@ from .segment import commit_name, commit_version
 from .snapshot import Snapshot, load_snapshot
 from .storage import put_if_absent
 from .table_context import TableContext
-from .visibility import base_present, check_visible
+from .visibility import base_present, check_visible, holds_effects
 from .writer_rules import validate_commit
 
 log = logging.getLogger(__name__)
@@ -272,44 +280,11 @@ class Transaction:
         return "ours", ""
 
     def _effects_in(self, state: TableState) -> bool:
-        """Whether ``state`` holds what this transaction does: its app transaction, its added files (live or
-        since tombstoned) and none of the files it removed still live."""
-        txn = self.app_transaction
-        if txn is not None:
-            held = state.txns.get(txn.app_id)
-            if held is None or held.version < txn.version:
-                return False
-        if self.metadata is not None and (
-            state.metadata is None or state.metadata.schema_string != self.metadata.schema_string
-        ):
-            return False
-        live = set(state.files.column("path").to_pylist()) if (self.adds or self.removes) else set()
-        gone = set(state.tombstones.column("path").to_pylist()) if self.adds else set()
-        if any(a.path not in live and a.path not in gone for a in self.adds):
-            return False
-        added = {a.path for a in self.adds}
-        return not any(r.path in live and r.path not in added for r in self.removes)
-
-    def _oldest_add_ms(self) -> int | None:
-        """The oldest modification time among files this commit adds as new data: what a concurrent
-        VACUUM could have found unreferenced."""
-        times = [a.modification_time for a in self.adds]
-        return min(times) if times else None
+        return holds_effects(state, self.adds, self.removes, self.app_transaction, self.metadata)
 
     def _check_vacuum_in_progress(self) -> None:
-        """Refuse to add files a VACUUM that started before this transaction read the table (and has not
-        ended in what it read) may be deleting: files older than its cut-off."""
-        snap = self.snapshot
-        oldest = self._oldest_add_ms()
-        if snap is None or snap.vacuum_cutoff is None or oldest is None or oldest >= snap.vacuum_cutoff:
-            return
-        raise ConcurrentVacuumError(
-            f"a VACUUM of {self.table.uri} is in progress (started before version {snap.version}, not "
-            "ended) and may delete the files this transaction adds: they were written before its cut-off. "
-            "Write them again and retry",
-            winning_version=snap.version,
-            winning_operation=VACUUM_START,
-        )
+        if self.snapshot is not None:
+            check_vacuum_in_progress(self.snapshot, self.adds, self.table.uri)
 
     def _rebasable(self) -> bool:
         """Whether the commit means the same on any later snapshot with the same protocol and metadata: a
@@ -401,7 +376,7 @@ class Transaction:
                 {r.path for r in self.removes},
                 isolation=self.isolation_level(),
                 changes_metadata=self.metadata is not None,
-                oldest_add_ms=self._oldest_add_ms(),
+                oldest_add_ms=oldest_modification(self.adds),
             )
             previous_ict = in_commit_timestamp_of(data) or previous_ict
             latest = v

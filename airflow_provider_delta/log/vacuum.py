@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import FileFields
-from .arrow_utils import decode_uri_paths
-from .errors import CorruptLogError, DeltaError, RetentionTooShortError
+from .deletion_vectors import stored_dv_paths
+from .errors import DeltaError, RetentionTooShortError
 from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
 from .protocol import check_write_supported
 from .schema import column_mapping_mode, physical_partition_names
@@ -40,12 +40,6 @@ VACUUM_LOGGING = "delta.vacuum.logging.enabled"
 _HOUR_MS = 3_600_000
 _SCHEME = r"^[A-Za-z][A-Za-z0-9+.\-]*:"
 _DOT_SEGMENTS = r"(^|/)\.\.?(/|$)|//"
-_Z85 = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-_Z85_VALUE = np.full(256, 255, np.uint8)
-_Z85_VALUE[np.frombuffer(_Z85, np.uint8)] = np.arange(85, dtype=np.uint8)
-_POW85 = 85 ** np.arange(4, -1, -1, dtype=np.uint64)
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
-_UUID_HEX_POS = [i for i in range(36) if i not in (8, 13, 18, 23)]
 # All VACUUM reads of file actions: the paths and deletion vectors it keeps, and the deletion timestamps
 # its retention compares; not the stats, partition values and tags that make up most of a checkpoint.
 VACUUM_FIELDS = FileFields(
@@ -205,47 +199,9 @@ def _keep(snap: Snapshot, cutoff: int) -> pa.Array:
     parts = []
     for t in (snap.files, tombs):
         parts.append(t.column("path").combine_chunks().cast(pa.string()))
-        parts.extend(_dv_paths(t.column("deletionVector").combine_chunks()))
+        parts.extend(stored_dv_paths(t.column("deletionVector").combine_chunks()))
     root = snap.store.root
     return pc.unique(pa.concat_arrays([_relative(p, root) for p in parts]))
-
-
-def _dv_paths(dv: pa.StructArray) -> list[pa.Array]:
-    """Deletion-vector files ("Deletion Vector Files"): ``u`` is a UUID (Z85, after an optional random
-    prefix that names a sub-directory) relative to the root, ``p`` an absolute URI, ``i`` inline (no file)."""
-    if dv.null_count == len(dv):
-        return []
-    kind = pc.fill_null(dv.field("storageType"), "")
-    value = dv.field("pathOrInlineDv")
-    absolute = decode_uri_paths(pc.unique(value.filter(pc.equal(kind, "p"))))
-    ids = pc.unique(value.filter(pc.equal(kind, "u")))
-    if len(ids) == 0:
-        return [absolute]
-    if not pc.all(pc.greater_equal(pc.binary_length(ids), 20)).as_py():
-        raise CorruptLogError(
-            "a deletion vector with storageType 'u' has no 20-character Z85 id; refusing to vacuum"
-        )
-    prefix = pc.utf8_slice_codeunits(ids, 0, -20)
-    folder = pc.if_else(pc.equal(prefix, ""), "", pc.binary_join_element_wise(prefix, "/", ""))
-    uuids = _z85_uuids(pc.utf8_slice_codeunits(ids, -20))
-    return [absolute, pc.binary_join_element_wise(folder, "deletion_vector_", uuids, ".bin", "")]
-
-
-def _z85_uuids(encoded: pa.Array) -> pa.Array:
-    """Decode 20-character Z85 strings to canonical UUID strings, vectorised with numpy."""
-    n = len(encoded)
-    offsets = np.frombuffer(encoded.buffers()[1], np.int32)[encoded.offset : encoded.offset + n + 1]
-    data = np.frombuffer(encoded.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
-    if len(data) != 20 * n:
-        raise CorruptLogError("a deletion vector id is not 20 ASCII Z85 characters; refusing to vacuum")
-    digits = _Z85_VALUE[data].reshape(n, 4, 5)
-    words = (digits.astype(np.uint64) * _POW85).sum(axis=2)
-    if (digits == 255).any() or (words >= 1 << 32).any():
-        raise CorruptLogError("a deletion vector id is not valid Z85; refusing to vacuum")
-    raw = words.astype(">u4").view(np.uint8).reshape(n, 16)
-    out = np.full((n, 36), ord("-"), np.uint8)
-    out[:, _UUID_HEX_POS] = np.stack([_HEX[raw >> 4], _HEX[raw & 15]], axis=2).reshape(n, 32)
-    return pa.array(out.view("S36").ravel()).cast(pa.string())
 
 
 def _relative(paths: pa.Array, root: str) -> pa.Array:

@@ -20,10 +20,13 @@ checkpoint; readers start from the newest checkpoint):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .actions import FileFields
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .actions import AddFile, FileFields, Metadata, RemoveFile, SetTransaction
 from .replay import CheckpointReadError, TableState, check_checkpoint
 from .segment import Checkpoint, commit_name, group_checkpoints
 from .storage import FileMeta, LogStore
@@ -54,9 +57,7 @@ def base_present(store: LogStore, version: int) -> bool:
     return (version - 1) in group_checkpoints(store.list_log(version - 1))
 
 
-def check_visible(
-    store: LogStore, version: int, effects_in: Callable[[TableState], bool]
-) -> Visibility:
+def check_visible(store: LogStore, version: int, effects_in: Callable[[TableState], bool]) -> Visibility:
     """Whether the commit just written as ``version`` is what readers reconstruct (see the module doc).
 
     :param effects_in: whether a checkpoint's state holds this commit's effects (its app transaction, its
@@ -98,7 +99,7 @@ def check_visible(
 
 
 def _order(files: tuple[FileMeta, ...], ours: FileMeta | None) -> str:
-    """"before"/"after" our commit file by modification time, or "unknown" (a tie, or ours is gone)."""
+    """ "before"/"after" our commit file by modification time, or "unknown" (a tie, or ours is gone)."""
     if ours is None:
         return "unknown"
     if max(f.modification_time for f in files) < ours.modification_time:
@@ -106,3 +107,33 @@ def _order(files: tuple[FileMeta, ...], ours: FileMeta | None) -> str:
     if min(f.modification_time for f in files) > ours.modification_time:
         return "after"
     return "unknown"
+
+
+def holds_effects(
+    state: TableState,
+    adds: Sequence[AddFile],
+    removes: Sequence[RemoveFile],
+    app_transaction: SetTransaction | None,
+    metadata: Metadata | None,
+) -> bool:
+    """Whether ``state`` holds what a commit does: its app transaction, its added files (live, or since
+    tombstoned) and none of the files it removed still live; looked up with Arrow, not Python sets, since
+    ``state`` may be a checkpoint of millions of files."""
+    if app_transaction is not None:
+        held = state.txns.get(app_transaction.app_id)
+        if held is None or held.version < app_transaction.version:
+            return False
+    if metadata is not None and (
+        state.metadata is None or state.metadata.schema_string != metadata.schema_string
+    ):
+        return False
+    added = pa.array([a.path for a in adds], pa.string())
+    seen = pa.concat_arrays([_paths(state.files), _paths(state.tombstones)])
+    if len(added) and not pc.all(pc.is_in(added, value_set=seen)).as_py():
+        return False
+    still_live = pa.array([r.path for r in removes if r.path not in set(added.to_pylist())], pa.string())
+    return not (len(still_live) and pc.any(pc.is_in(still_live, value_set=_paths(state.files))).as_py())
+
+
+def _paths(files: pa.Table) -> pa.Array:
+    return files.column("path").combine_chunks().cast(pa.string())
