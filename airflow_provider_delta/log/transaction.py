@@ -17,8 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+import pyarrow as pa
+
+from .actions import AddCDCFile, AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .arguments import bool_arg, int_arg, str_arg, str_map_arg
+from .change_data import check_change_data_writable, write_change_data
 from .checkpoint import write_checkpoint
 from .commit_info import ENGINE_INFO, VACUUM_START, commit_info_args, in_commit_timestamp_of, txn_id_of
 from .conflicts import (
@@ -106,6 +109,7 @@ class Transaction:
         self.domains: list[DomainMetadata] = []
         self.read = ReadSet()
         self.row_deletes = RowDeletes()
+        self.cdc_files: list[AddCDCFile] = []
         self.row_delete_metrics: dict[str, int] | None = None
         self.inline_max_bytes = INLINE_MAX_BYTES
         self.constraints_checked = False
@@ -158,6 +162,21 @@ class Transaction:
         snap, removed = self.snapshot, {r.path for r in self.removes}
         read = self.row_deletes.add(self.table.store, snap, self.metadata, self.protocol, removed, rows)
         self.read.files.update(read)
+        return self
+
+    def add_change_data(self, rows: pa.Table | pa.RecordBatch) -> Transaction:
+        """Record change data with this commit (``change_data``): the table's columns by logical name and
+        ``_change_type``. Written now, as data files are before their commit. A commit with change data
+        is read only through it by change-data-feed readers, so it must describe every row the commit
+        changes; needs ``delta.enableChangeDataFeed=true``."""
+        self._check_open()
+        snap = self.snapshot
+        metadata = self.metadata or (snap.metadata if snap else None)
+        protocol = self.protocol or (snap.protocol if snap else None)
+        if metadata is None or protocol is None:
+            raise InvalidCommitError("set the new table's protocol and metadata before its change data")
+        check_change_data_writable(protocol, metadata, f"table {self.table.uri}")
+        self.cdc_files.extend(write_change_data(self.table.store, metadata, rows))
         return self
 
     def set_app_transaction(self, app_id: str, version: int) -> Transaction:
@@ -504,6 +523,7 @@ class Transaction:
         out = [json.dumps(x, separators=(",", ":")) for x in lines]
         out.extend(json.dumps({"add": a.to_json()}, separators=(",", ":")) for a in self.adds)
         out.extend(json.dumps({"remove": r.to_json()}, separators=(",", ":")) for r in self.removes)
+        out.extend(json.dumps({"cdc": c.to_json()}, separators=(",", ":")) for c in self.cdc_files)
         return ("\n".join(out) + "\n").encode("utf-8")
 
     def isolation_level(self) -> str:
