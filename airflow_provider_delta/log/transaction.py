@@ -54,7 +54,13 @@ from .snapshot import Snapshot, load_snapshot
 from .storage import put_if_absent
 from .table_context import TableContext
 from .visibility import base_present, check_visible, holds_effects
-from .writer_rules import checked_metadata, checked_protocol, domain_metadata, validate_commit
+from .writer_rules import (
+    check_table_writable,
+    checked_metadata,
+    checked_protocol,
+    domain_metadata,
+    validate_commit,
+)
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_ATTEMPTS = 200
@@ -97,6 +103,8 @@ class Transaction:
             raise TypeError(f"table must be a DeltaTable (a TableContext), not {type(table).__name__}")
         if snapshot is not None and not isinstance(snapshot, Snapshot):
             raise TypeError(f"snapshot must be a Snapshot or None, not {type(snapshot).__name__}")
+        if snapshot is not None:
+            check_table_writable(snapshot, f"table {table.uri}")
         self.table = table
         self.snapshot = snapshot
         self.isolation = isolation

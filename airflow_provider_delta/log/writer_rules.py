@@ -37,6 +37,13 @@ class PendingCommit(typing.Protocol):
     constraints_checked: bool
 
 
+def check_table_writable(snapshot: Snapshot, where: str) -> None:
+    """A transaction on a table that needs a writer feature this client does not implement is refused
+    when it starts, naming the feature, rather than when it commits."""
+    uses_identity = _uses(snapshot.metadata.schema, "delta.identity.")
+    check_write_supported(snapshot.protocol, uses_identity=uses_identity, where=where)
+
+
 def checked_metadata(metadata: Any, where: str) -> Metadata:
     """A metaData action a transaction is given: refused at the call when readers could not load it."""
     if not isinstance(metadata, Metadata):

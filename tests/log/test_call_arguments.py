@@ -9,6 +9,7 @@ afterwards (same version, same files on disk).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -255,5 +256,19 @@ def test_maintenance_and_reads_check_their_arguments(table: DeltaTable):
     ]
     for call, error, message in cases:
         with pytest.raises(error, match=message):
+            call()
+    unchanged.check()
+
+
+def test_a_table_with_a_writer_feature_we_do_not_know_is_refused_when_a_transaction_starts(table: DeltaTable):
+    root = Path(table.store.root)
+    protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["timeMachine"]}}
+    (root / "_delta_log" / f"{2:020d}.json").write_text(json.dumps(protocol) + "\n")  # another engine's
+    unchanged = Unchanged(table)
+    with pytest.raises(UnsupportedFeatureError, match="timeMachine") as caught:
+        table.transaction()
+    assert caught.value.features == ("timeMachine",)
+    for call in (lambda: table.checkpoint(), lambda: table.vacuum(dry_run=True)):
+        with pytest.raises(UnsupportedFeatureError, match="timeMachine"):
             call()
     unchanged.check()
