@@ -35,6 +35,7 @@ from .partition_values import serialize_partition_value
 from .properties import bool_property
 from .protocol import writer_features
 from .schema import column_mapping_mode, delta_schema_to_arrow, physical_name
+from .snapshot import Snapshot
 from .storage import LogStore
 
 CHANGE_TYPE = "_change_type"
@@ -62,9 +63,17 @@ def check_change_data_writable(protocol: Protocol, metadata: Metadata, where: st
         )
 
 
-def write_change_data(store: LogStore, metadata: Metadata, rows: Any) -> list[AddCDCFile]:
-    """Write ``rows`` (the table's columns by logical name, and ``_change_type``) as change data files, one
-    per partition; returns their ``cdc`` actions. Every column is checked before a file is written."""
+def write_change_data(
+    store: LogStore, snap: Snapshot | None, metadata: Metadata | None, protocol: Protocol | None, rows: Any
+) -> list[AddCDCFile]:
+    """Write ``rows`` (the table's columns by logical name, and ``_change_type``) as change data of a commit
+    on ``snap`` (with the ``metadata``/``protocol`` it sets, if any), one file per partition; returns their
+    ``cdc`` actions. The table must record change data; every column is checked before a file is written."""
+    metadata = metadata or (snap.metadata if snap else None)
+    protocol = protocol or (snap.protocol if snap else None)
+    if metadata is None or protocol is None:
+        raise InvalidCommitError("set the new table's protocol and metadata before its change data")
+    check_change_data_writable(protocol, metadata, f"table {store.uri}")
     table = _aligned(metadata, rows)
     if table.num_rows == 0:
         return []

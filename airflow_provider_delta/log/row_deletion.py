@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .actions import AddFile, Metadata, Protocol, RemoveFile
+from .arguments import int_arg
 from .deletion_vector_format import as_row_indexes
 from .deletion_vectors import (
     DeletionVectorDescriptor,
@@ -43,6 +45,7 @@ from .protocol import writer_features
 from .snapshot import Snapshot
 from .stats import file_stats
 from .storage import LogStore
+from .table_context import TableContext
 
 DELETION_VECTORS = "deletionVectors"
 ENABLE_DELETION_VECTORS = "delta.enableDeletionVectors"
@@ -102,6 +105,15 @@ def _parsed(stats: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+class PendingChange(typing.Protocol):
+    """What row deletes and change data read of the transaction they belong to."""
+
+    table: TableContext
+    snapshot: Snapshot | None
+    metadata: Metadata | None
+    protocol: Protocol | None
 
 
 @dataclass(frozen=True)
@@ -184,10 +196,13 @@ def _stats_with_num_records(store: LogStore, metadata: Metadata, live: AddFile) 
 
 
 class RowDeletes:
-    """The rows a transaction deletes, per live file, gathered over its ``delete_rows`` calls."""
+    """The rows a transaction deletes, per live file, gathered over its ``delete_rows`` calls; turned into
+    actions once, before its first commit attempt (``metrics`` are set then)."""
 
     def __init__(self) -> None:
         self.files: dict[str, FileRowDeletes] = {}
+        self.inline_max_bytes = INLINE_MAX_BYTES
+        self.metrics: dict[str, int] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.files)
@@ -197,47 +212,43 @@ class RowDeletes:
 
     def check_not_deleting(self, path: str) -> None:
         if path in self.files:
-            raise InvalidCommitError(
-                f"{path} has rows deleted in this transaction: remove the file or delete rows of it, not both"
-            )
+            raise InvalidCommitError(f"{path} has rows deleted in this transaction: remove the file or "
+                                     "delete rows of it, not both")  # fmt: skip
 
-    def add(
-        self,
-        store: LogStore,
-        snapshot: Snapshot | None,
-        metadata: Metadata | None,
-        protocol: Protocol | None,
-        removed: set[str],
-        rows: Any,
-    ) -> list[str]:
-        """Take ``delete_rows``' argument (checked whole before any is kept); returns the files read.
-        ``metadata``/``protocol`` are the transaction's new ones, if it sets any."""
+    def add(self, txn: PendingChange, removed: set[str], rows: Any, inline_max_bytes: Any) -> list[str]:
+        """Take ``delete_rows``' arguments (checked whole before any is kept); returns the files read."""
+        inline_max_bytes = int_arg(inline_max_bytes, "inline_max_bytes", minimum=0)
         pairs = row_delete_pairs(rows)
+        snapshot, store = txn.snapshot, txn.table.store
         lives = live_files(snapshot, [ref for ref, _ in pairs], what="delete rows of")
         if not lives:
             return []
         assert snapshot is not None
-        metadata = metadata or snapshot.metadata
-        check_deletion_vectors_writable(protocol or snapshot.protocol, metadata, f"table {store.uri}")
+        metadata = txn.metadata or snapshot.metadata
+        check_deletion_vectors_writable(txn.protocol or snapshot.protocol, metadata, f"table {store.uri}")
         planned: dict[str, FileRowDeletes] = {}
         for live, (_, indexes) in zip(lives, pairs, strict=True):
             if live.path in removed:
-                raise InvalidCommitError(
-                    f"{live.path} is removed by this transaction: its rows cannot also be deleted"
-                )
+                raise InvalidCommitError(f"{live.path} is removed by this transaction: its rows cannot also "
+                                         "be deleted")  # fmt: skip
             known = planned.get(live.path) or self.files.get(live.path)
             planned[live.path] = (
                 known.with_rows(indexes) if known else plan_file_deletes(store, metadata, live, indexes)
             )
         self.files.update(planned)
+        self.inline_max_bytes = inline_max_bytes
         return list(planned)
 
-    def actions(
-        self, store: LogStore, metadata: Metadata, now: int, inline_max_bytes: int
-    ) -> RowDeleteActions:
-        return row_delete_actions(
-            store, metadata, list(self.files.values()), now, inline_max_bytes=inline_max_bytes
-        )
+    def actions(self, txn: PendingChange, now: int) -> RowDeleteActions | None:
+        """The vectors written and the file actions, the first time only (``None`` after, or for none)."""
+        if not self.files or self.metrics is not None:
+            return None
+        assert txn.snapshot is not None
+        metadata = txn.metadata or txn.snapshot.metadata
+        done = row_delete_actions(txn.table.store, metadata, list(self.files.values()), now,
+                                  inline_max_bytes=self.inline_max_bytes)  # fmt: skip
+        self.metrics = done.metrics
+        return done
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class DeltaTable(TableContext):
         self, version: int | None = None, timestamp: int | float | str | datetime | None = None
     ) -> Snapshot:
         """The latest snapshot, or the one at ``version``, or the latest at or before ``timestamp``."""
-        int_arg(version, "version", minimum=0, optional=True)
+        int_arg(version, "version", optional=True)  # a negative one is a version not found
         if version is not None and timestamp is not None:
             raise ValueError("pass version or timestamp, not both")
         if timestamp is not None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from .actions import AddCDCFile, AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .arguments import bool_arg, int_arg, str_arg, str_map_arg
-from .change_data import check_change_data_writable, write_change_data
+from .change_data import write_change_data
 from .checkpoint import write_checkpoint
 from .commit_info import ENGINE_INFO, VACUUM_START, commit_info_args, in_commit_timestamp_of, txn_id_of
 from .conflicts import (
@@ -118,8 +118,6 @@ class Transaction:
         self.read = ReadSet()
         self.row_deletes = RowDeletes()
         self.cdc_files: list[AddCDCFile] = []
-        self.row_delete_metrics: dict[str, int] | None = None
-        self.inline_max_bytes = INLINE_MAX_BYTES
         self.constraints_checked = False
         self._committed = False
         self._maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
@@ -166,10 +164,8 @@ class Transaction:
         ``delta.enableDeletionVectors=true``; an index beyond a file's rows is refused here. The files
         count as read."""
         self._check_open()
-        self.inline_max_bytes = int_arg(inline_max_bytes, "inline_max_bytes", minimum=0)
-        snap, removed = self.snapshot, {r.path for r in self.removes}
-        read = self.row_deletes.add(self.table.store, snap, self.metadata, self.protocol, removed, rows)
-        self.read.files.update(read)
+        removed = {r.path for r in self.removes}
+        self.read.files.update(self.row_deletes.add(self, removed, rows, inline_max_bytes))
         return self
 
     def add_change_data(self, rows: pa.Table | pa.RecordBatch) -> Transaction:
@@ -178,13 +174,8 @@ class Transaction:
         is read only through it by change-data-feed readers, so it must describe every row the commit
         changes; needs ``delta.enableChangeDataFeed=true``."""
         self._check_open()
-        snap = self.snapshot
-        metadata = self.metadata or (snap.metadata if snap else None)
-        protocol = self.protocol or (snap.protocol if snap else None)
-        if metadata is None or protocol is None:
-            raise InvalidCommitError("set the new table's protocol and metadata before its change data")
-        check_change_data_writable(protocol, metadata, f"table {self.table.uri}")
-        self.cdc_files.extend(write_change_data(self.table.store, metadata, rows))
+        store, snap = self.table.store, self.snapshot
+        self.cdc_files.extend(write_change_data(store, snap, self.metadata, self.protocol, rows))
         return self
 
     def set_app_transaction(self, app_id: str, version: int) -> Transaction:
@@ -231,13 +222,9 @@ class Transaction:
 
     def _prepare(self) -> None:
         """Once, before the first attempt: the vectors of ``delete_rows`` written, their actions added."""
-        if self.row_deletes and self.row_delete_metrics is None:
-            assert self.snapshot is not None
-            metadata = self.metadata or self.snapshot.metadata
-            done = self.row_deletes.actions(self.table.store, metadata, _now_ms(), self.inline_max_bytes)
+        if (done := self.row_deletes.actions(self, _now_ms())) is not None:
             self.adds.extend(done.adds)
             self.removes.extend(done.removes)
-            self.row_delete_metrics = done.metrics
 
     # -- committing ---------------------------------------------------------------------------------------
     def commit(
@@ -266,8 +253,8 @@ class Transaction:
         if snap is not None and (done := self._already_committed(snap.app_transactions, snap.version)):
             return done
         self._prepare()
-        if not operation_metrics and self.row_delete_metrics is not None:
-            operation_metrics = self.row_delete_metrics  # Delta Spark's DELETE metrics
+        if not operation_metrics and self.row_deletes.metrics is not None:
+            operation_metrics = self.row_deletes.metrics  # Delta Spark's DELETE metrics
         validate_commit(self)
         self._check_vacuum_in_progress()
         txn_id = str(uuid.uuid4())
