@@ -51,7 +51,8 @@ def checked_metadata(metadata: Any, where: str) -> Metadata:
     try:
         check_metadata(metadata)
     except ValueError as exc:
-        raise InvalidCommitError(f"{where}: this metaData would make the table unreadable: {exc}") from None
+        problem = f"{where}: the new metaData would make the table unreadable: {exc}"
+        raise InvalidCommitError(problem) from None
     return metadata
 
 

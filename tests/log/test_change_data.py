@@ -126,3 +126,23 @@ def test_bad_change_data_is_refused_by_name_before_a_file_is_written(tmp_path: P
     t.transaction().add_change_data(renamed).commit("DELETE")
     (cdc,) = [x["cdc"] for x in _lines(root, 1) if "cdc" in x]
     assert pq.read_table(root / cdc["path"]).column_names == ["id", "st", "p", "_change_type"]
+
+
+@pytest.mark.s3
+def test_deletes_and_change_data_on_s3(s3_server, s3_bucket):
+    """Vectors and change data on an object store (no folders to create; conditional puts for the log)."""
+    uri = f"s3://{s3_bucket}/t"
+    t = DeltaTable.create(uri, SCHEMA, partition_by=["p"], configuration=CDF,
+                          storage_options=s3_server.storage_options)  # fmt: skip
+    fs = t.store.fs
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.table({"id": np.arange(500), "st": [{"x": 1}] * 500}), buffer)
+    fs.pipe_file(f"{s3_bucket}/t/p=a/f.parquet", buffer.getvalue().to_pybytes())
+    t.transaction().add_files(t.add_file("p=a/f.parquet", {"p": "a"})).commit()
+    txn = t.transaction().delete_rows({"p=a/f.parquet": [0, *range(100, 300)]})
+    txn.add_change_data(_changes([0], ["delete"], ["a"])).commit("DELETE")
+    keys = [k.removeprefix(f"{s3_bucket}/t/") for k in fs.find(f"{s3_bucket}/t")]
+    assert any(k.startswith("deletion_vector_") for k in keys)
+    assert any(k.startswith("_change_data/p=a/cdc-00000-") for k in keys)
+    (f,) = t.snapshot().files.to_pylist()
+    assert f["deletionVector"]["cardinality"] == 201 and f["deletionVector"]["storageType"] == "u"
