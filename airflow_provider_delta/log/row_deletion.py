@@ -108,7 +108,7 @@ def _parsed(stats: str | None) -> dict[str, Any]:
 
 
 class PendingChange(typing.Protocol):
-    """What row deletes and change data read of the transaction they belong to."""
+    """What row deletes read of the transaction they belong to (a ``Transaction`` is one)."""
 
     table: TableContext
     snapshot: Snapshot | None
@@ -129,7 +129,8 @@ class FileRowDeletes:
 
     @property
     def new_rows(self) -> np.ndarray:
-        """Rows this transaction deletes that were not deleted before (what the change data holds)."""
+        """Rows this transaction deletes that were not deleted before: the rows a change-data reader
+        reports as deleted for this file."""
         return np.setdiff1d(self.rows, self.before, assume_unique=True)
 
     def with_rows(self, rows: Iterable[int] | np.ndarray) -> FileRowDeletes:
