@@ -131,15 +131,15 @@ def test_importing_the_core_loads_no_airflow_or_pyspark():
 CORE_FLOORS: dict[str, int] = {
     # 0: names and shapes
     "errors": 0, "properties": 0, "action_values": 0, "arrow_utils": 0, "actions": 0, "schema": 0,
-    "protocol": 0, "commit_info": 0, "deletion_vector_format": 0,
+    "protocol": 0, "commit_info": 0, "deletion_vector_format": 0, "arguments": 0,
     # 1: storage and log files
     "storage": 1, "segment": 1, "last_checkpoint": 1, "commit_json": 1, "deletion_vectors": 1,
     # 2: state
     "partition_values": 2, "stats": 2, "replay": 2, "snapshot": 2, "history": 2, "table_context": 2,
-    "visibility": 2,
+    "visibility": 2, "file_references": 2,
     # 3: operations
     "transaction": 3, "conflicts": 3, "writer_rules": 3, "checkpoint": 3, "vacuum": 3, "cleanup": 3,
-    "tail": 3, "creation": 3, "data_files": 3,
+    "tail": 3, "creation": 3, "data_files": 3, "row_deletion": 3, "change_data": 3,
     # 4: the facade; 5: what sits on it
     "table": 4, "cli": 5, "__init__": 5,
 }  # fmt: skip

@@ -365,6 +365,29 @@ class RemoveFile:
         return out
 
 
+@dataclass(frozen=True)
+class AddCDCFile:
+    """The ``cdc`` action ("Add CDC File"): a file of change data (rows with ``_change_type``) that a
+    change-data-feed reader reads for its commit instead of inferring changes from its adds and removes.
+    Never part of the table's state: ``dataChange`` is always false."""
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+    tags: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": encode_uri_path(self.path),
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+            "dataChange": False,
+        }
+        if self.tags is not None:
+            out["tags"] = dict(self.tags)
+        return out
+
+
 _ADD_OPTIONAL = (
     ("stats", "stats"),
     ("tags", "tags"),

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
+from .arguments import int_arg
 from .arrow_utils import encode_uri_paths
 from .errors import CorruptLogError
 from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
@@ -180,6 +181,9 @@ def write_checkpoint(
     ``delta.checkpointPolicy`` is ``v2``. The checkpoint only ever follows its commit: the snapshot is
     built from the commit first.
     """
+    int_arg(version, "version", minimum=0, optional=True)
+    int_arg(parts, "parts", minimum=1, optional=True)
+    int_arg(part_size, "part_size", minimum=1, optional=True)
     snap = table.snapshot(version)
     store = table.store
     # A checkpoint is written state: the writer must implement every writer feature ("Table Features").

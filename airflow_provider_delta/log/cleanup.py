@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
+from .arguments import int_arg
 from .properties import LOG_RETENTION, bool_property, interval_property_ms
 from .protocol import check_write_supported
 from .replay import CheckpointReadError, check_checkpoint
@@ -50,6 +51,8 @@ def cleanup_expired_logs(
     :param now_ms: the current time (ms since the epoch); for tests and replays.
     :param retention_ms: overrides ``delta.logRetentionDuration`` (default 30 days).
     """
+    int_arg(now_ms, "now_ms", optional=True)
+    int_arg(retention_ms, "retention_ms", minimum=0, optional=True)
     store = table.store
     snap = load_snapshot(store)
     # Deleting log files is writing to the table: only a writer of all its features may ("Table Features").

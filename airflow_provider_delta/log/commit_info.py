@@ -9,9 +9,12 @@ parameters of ``VACUUM START`` (which files a concurrent VACUUM may delete).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 from typing import Any
+
+from .arguments import json_value_arg, str_arg
 
 try:
     CORE_VERSION = _dist_version("airflow-provider-delta")
@@ -61,3 +64,20 @@ def vacuum_cutoff(info: dict[str, Any] | None) -> int | None:
         return int(info["timestamp"]) - int(retention if retention is not None else 0)
     except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite retention
         return None
+
+
+def commit_info_args(
+    operation: Any, parameters: Any, metrics: Any, user_metadata: Any
+) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None, str | None]:
+    """What a caller gives ``commit()`` for commitInfo, checked before anything is written: a non-empty
+    operation name, string-keyed maps of JSON values, a string of user metadata."""
+    maps = []
+    for value, name in ((parameters, "operation_parameters"), (metrics, "operation_metrics")):
+        if value is None:
+            maps.append(None)
+            continue
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise TypeError(f"{name} must be a mapping with string keys, not {value!r:.200}")
+        maps.append({k: json_value_arg(v, f"{name}[{k!r}]") for k, v in value.items()})
+    operation = str_arg(operation, "operation", empty=False)
+    return operation, maps[0], maps[1], str_arg(user_metadata, "user_metadata", optional=True)

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from .actions import Metadata, Protocol
+from .arguments import str_arg, str_list_arg, str_map_arg
 from .errors import InvalidCommitError
 from .protocol import required_protocol
 from .schema import arrow_schema_to_delta, column_mapping_mode
@@ -69,15 +70,23 @@ def _assign_column_mapping(fields: list[dict[str, Any]], next_id: int) -> int:
 
 def initial_actions(
     schema: pa.Schema | dict[str, Any],
-    partition_by: list[str],
-    configuration: dict[str, str],
+    partition_by: list[str] | str | None,
+    configuration: dict[str, Any] | None,
     name: str | None,
     description: str | None,
 ) -> tuple[Protocol, Metadata]:
+    # Checked here, before anything is written: a wrong argument names itself instead of failing inside
+    # the commit (or being written as a table property readers misread).
+    if not isinstance(schema, pa.Schema | dict):
+        kind = type(schema).__name__
+        raise TypeError(f"schema must be a pyarrow.Schema or a Delta schema dict, not {kind}")
+    partition_by = str_list_arg(partition_by, "partition_by")
+    configuration = str_map_arg(configuration, "configuration", stringify=True)
+    name = str_arg(name, "name", optional=True)
+    description = str_arg(description, "description", optional=True)
     delta_schema = (
         json.loads(json.dumps(schema)) if isinstance(schema, dict) else arrow_schema_to_delta(schema)
     )
-    configuration = {k: str(v) for k, v in configuration.items()}
     top = {f["name"]: f for f in delta_schema["fields"]}
     for col in partition_by:
         if col not in top:

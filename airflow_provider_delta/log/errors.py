@@ -84,6 +84,15 @@ class InvalidCommitError(DeltaError):
     """A commit would break a writer rule ("Requirements for Writers"); nothing was written."""
 
 
+class FileNotLiveError(InvalidCommitError):
+    """A transaction names a data file that is not live in the snapshot it read (never added, or already
+    removed): it cannot be removed or have rows deleted. ``path`` is the file as the caller named it."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class UnsafeStorageError(DeltaError):
     """The storage backend cannot create a file only if it is absent, so concurrent commits could be lost."""
 

@@ -9,6 +9,8 @@ operations it offers live one floor down, each in its own module, and never impo
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +18,7 @@ import fsspec
 import pyarrow as pa
 
 from .actions import AddFile
+from .arguments import bool_arg, int_arg, str_arg, str_map_arg
 from .checkpoint import write_checkpoint
 from .cleanup import cleanup_expired_logs
 from .creation import initial_actions
@@ -45,7 +48,13 @@ class DeltaTable(TableContext):
         *,
         filesystem: fsspec.AbstractFileSystem | None = None,
     ) -> None:
-        super().__init__(LogStore(uri, storage_options, filesystem))
+        if not isinstance(uri, str | os.PathLike):
+            raise TypeError(f"uri must be a string or path, not {type(uri).__name__} {uri!r}")
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise TypeError(f"storage_options must be a mapping, not {type(storage_options).__name__}")
+        if filesystem is not None and not isinstance(filesystem, fsspec.AbstractFileSystem):
+            raise TypeError(f"filesystem must be an fsspec filesystem, not {type(filesystem).__name__}")
+        super().__init__(LogStore(os.fspath(uri), dict(storage_options or {}), filesystem))
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
@@ -55,6 +64,7 @@ class DeltaTable(TableContext):
         self, version: int | None = None, timestamp: int | float | str | datetime | None = None
     ) -> Snapshot:
         """The latest snapshot, or the one at ``version``, or the latest at or before ``timestamp``."""
+        int_arg(version, "version", optional=True)  # a negative one is a version not found
         if version is not None and timestamp is not None:
             raise ValueError("pass version or timestamp, not both")
         if timestamp is not None:
@@ -71,7 +81,7 @@ class DeltaTable(TableContext):
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """Commits newest first, with the timestamp time travel uses for each."""
-        return read_history(self.store, self._ict_from(), limit)
+        return read_history(self.store, self._ict_from(), int_arg(limit, "limit", minimum=0, optional=True))
 
     def _ict_from(self) -> int | None:
         return ict_enablement_version(self.snapshot().metadata.configuration)
@@ -98,9 +108,7 @@ class DeltaTable(TableContext):
     ) -> DeltaTable:
         """Create a table: version 0 with the lowest protocol its features need (see ``creation``)."""
         table = cls(uri, storage_options, filesystem=filesystem)
-        protocol, metadata = initial_actions(
-            schema, partition_by or [], configuration or {}, name, description
-        )
+        protocol, metadata = initial_actions(schema, partition_by, configuration, name, description)
         txn = Transaction(table, None, allow_unsafe_storage=allow_unsafe_storage)
         txn.update_protocol(protocol).update_metadata(metadata)
         txn.commit(
@@ -131,7 +139,11 @@ class DeltaTable(TableContext):
     ) -> AddFile:
         """The ``add`` action of a Parquet file already written under the root, stats from its footer
         (``data_files.add_file_from_parquet``; pass a snapshot there when building many)."""
-        return add_file_from_parquet(self, path, partition_values, data_change=data_change, tags=tags)
+        str_arg(path, "path", empty=False)
+        values = str_map_arg(partition_values, "partition_values", null_values=True)
+        tags = str_map_arg(tags, "tags") if tags is not None else None
+        data_change = bool_arg(data_change, "data_change")
+        return add_file_from_parquet(self, path, values, data_change=data_change, tags=tags)
 
     # -- maintenance ------------------------------------------------------------------------------------
     def checkpoint(self, version: int | None = None, parts: int | None = None) -> LastCheckpoint:

@@ -17,9 +17,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+import pyarrow as pa
+
+from .actions import AddCDCFile, AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+from .arguments import bool_arg, int_arg, str_arg, str_map_arg
+from .change_data import write_change_data
 from .checkpoint import write_checkpoint
-from .commit_info import ENGINE_INFO, VACUUM_START, in_commit_timestamp_of, txn_id_of
+from .commit_info import ENGINE_INFO, VACUUM_START, commit_info_args, in_commit_timestamp_of, txn_id_of
 from .conflicts import (
     ISOLATION_LEVELS,
     ReadSet,
@@ -40,15 +44,23 @@ from .errors import (
     ProtocolChangedError,
     StaleSnapshotError,
 )
+from .file_references import FileRef, file_refs, live_files, new_adds, tombstone
 from .history import locate_app_transaction
 from .properties import CHECKPOINT_INTERVAL, ict_enablement_version
 from .replay import TableState
+from .row_deletion import INLINE_MAX_BYTES, RowDeletes
 from .segment import commit_name, commit_version
 from .snapshot import Snapshot, load_snapshot
 from .storage import put_if_absent
 from .table_context import TableContext
 from .visibility import base_present, check_visible, holds_effects
-from .writer_rules import validate_commit
+from .writer_rules import (
+    check_table_writable,
+    checked_metadata,
+    checked_protocol,
+    domain_metadata,
+    validate_commit,
+)
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_ATTEMPTS = 200
@@ -87,10 +99,16 @@ class Transaction:
     ) -> None:
         if isolation is not None and isolation not in ISOLATION_LEVELS[:2]:
             raise ValueError(f"isolation must be one of {ISOLATION_LEVELS[:2]}, not {isolation!r}")
+        if not isinstance(table, TableContext):
+            raise TypeError(f"table must be a DeltaTable (a TableContext), not {type(table).__name__}")
+        if snapshot is not None and not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be a Snapshot or None, not {type(snapshot).__name__}")
+        if snapshot is not None:
+            check_table_writable(snapshot, f"table {table.uri}")
         self.table = table
         self.snapshot = snapshot
         self.isolation = isolation
-        self.allow_unsafe_storage = allow_unsafe_storage
+        self.allow_unsafe_storage = bool_arg(allow_unsafe_storage, "allow_unsafe_storage")
         self.adds: list[AddFile] = []
         self.removes: list[RemoveFile] = []
         self.app_transaction: SetTransaction | None = None
@@ -98,54 +116,115 @@ class Transaction:
         self.protocol: Protocol | None = None
         self.domains: list[DomainMetadata] = []
         self.read = ReadSet()
+        self.row_deletes = RowDeletes()
+        self.cdc_files: list[AddCDCFile] = []
         self.constraints_checked = False
         self._committed = False
         self._maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
 
     # -- building -----------------------------------------------------------------------------------------
-    def add_files(self, files: Iterable[AddFile], *, constraints_checked: bool = False) -> Transaction:
-        """Add files; ``constraints_checked=True`` states their rows satisfy the table's invariants,
-        CHECK constraints and generated columns (the core cannot evaluate SQL)."""
-        self.adds.extend(files)
-        self.constraints_checked = self.constraints_checked or constraints_checked
+    # Arguments are checked at the call (a wrong type is a TypeError, a file that is not live a
+    # FileNotLiveError naming it); nothing is written before commit().
+    def add_files(
+        self, files: Iterable[AddFile] | AddFile, *, constraints_checked: bool = False
+    ) -> Transaction:
+        """Add files (``AddFile`` actions or their JSON bodies); ``constraints_checked=True`` states their
+        rows satisfy the table's invariants, CHECK constraints and generated columns (the core cannot
+        evaluate SQL)."""
+        self._check_open()
+        checked = bool_arg(constraints_checked, "constraints_checked")
+        self.adds.extend(new_adds(files))
+        self.constraints_checked = self.constraints_checked or checked
         return self
 
-    def remove_files(self, files: Iterable[RemoveFile | AddFile], *, data_change: bool = True) -> Transaction:
-        """Remove files (an ``AddFile`` becomes its tombstone); removed files count as read."""
+    def remove_files(self, files: Iterable[FileRef] | FileRef, *, data_change: bool = True) -> Transaction:
+        """Remove live files, named by path (relative to the root), rows of ``Snapshot.files``, or
+        ``AddFile``/``RemoveFile``: each remove is built from the live add, its deletion vector included,
+        so that it reconciles (a ``RemoveFile``'s own timestamp and dataChange are kept). Removed files
+        count as read."""
+        self._check_open()
+        data_change = bool_arg(data_change, "data_change")
+        refs = file_refs(files, "files")
         now = _now_ms()
-        for f in files:
-            r = f.remove(now, data_change=data_change) if isinstance(f, AddFile) else f
-            self.removes.append(r)
-            self.read.files.add(r.path)
+        for ref, live in zip(refs, live_files(self.snapshot, refs, what="remove"), strict=True):
+            self.row_deletes.check_not_deleting(live.path)
+            self.removes.append(tombstone(live, now, data_change=data_change, like=ref))
+            self.read.files.add(live.path)
+        return self
+
+    def delete_rows(
+        self,
+        rows: Mapping[str, Any] | Iterable[tuple[FileRef, Any]],
+        *,
+        inline_max_bytes: int = INLINE_MAX_BYTES,
+    ) -> Transaction:
+        """Mark rows of live files deleted with deletion vectors (``row_deletion``): ``{path: row indexes}``
+        or (file, row indexes) pairs, a row index being a row's 0-based position in its Parquet file; rows
+        given in several calls add up. Vectors up to ``inline_max_bytes`` go inline in the log. Needs
+        ``delta.enableDeletionVectors=true``; an index beyond a file's rows is refused here. The files
+        count as read."""
+        self._check_open()
+        removed = {r.path for r in self.removes}
+        self.read.files.update(self.row_deletes.add(self, removed, rows, inline_max_bytes))
+        return self
+
+    def add_change_data(self, rows: pa.Table | pa.RecordBatch) -> Transaction:
+        """Record change data with this commit (``change_data``): the table's columns by logical name and
+        ``_change_type``. Written now, as data files are before their commit. A commit with change data
+        is read only through it by change-data-feed readers, so it must describe every row the commit
+        changes; needs ``delta.enableChangeDataFeed=true``."""
+        self._check_open()
+        store, snap = self.table.store, self.snapshot
+        self.cdc_files.extend(write_change_data(store, snap, self.metadata, self.protocol, rows))
         return self
 
     def set_app_transaction(self, app_id: str, version: int) -> Transaction:
         """Record ``app_id`` at ``version`` atomically with this commit ("Transaction Identifiers")."""
-        self.app_transaction = SetTransaction(app_id, int(version), _now_ms())
+        self._check_open()
+        app_id = str_arg(app_id, "app_id", empty=False)
+        self.app_transaction = SetTransaction(app_id, int_arg(version, "version", minimum=0), _now_ms())
         self.read.app_ids.add(app_id)
         return self
 
     def update_metadata(self, metadata: Metadata) -> Transaction:
-        self.metadata = metadata
+        self._check_open()
+        self.metadata = checked_metadata(metadata, f"table {self.table.uri}")
         return self
 
     def update_protocol(self, protocol: Protocol) -> Transaction:
-        self.protocol = protocol
+        self._check_open()
+        self.protocol = checked_protocol(protocol, f"table {self.table.uri}")
         return self
 
-    def set_domain_metadata(self, domain: str, configuration: str, *, removed: bool = False) -> Transaction:
-        self.domains.append(DomainMetadata(domain, configuration, removed))
+    def set_domain_metadata(
+        self, domain: str, configuration: str | Mapping[str, Any], *, removed: bool = False
+    ) -> Transaction:
+        """Set (or remove) a domain's configuration: a string, or a mapping stored as its JSON."""
+        self._check_open()
+        self.domains.append(domain_metadata(domain, configuration, removed))
         return self
 
     def read_whole_table(self) -> Transaction:
         """Declare a read of all data (e.g. an overwrite): any concurrent data change then conflicts."""
+        self._check_open()
         self.read.whole_table = True
         return self
 
     def read_partitions(self, *partitions: Mapping[str, str | None]) -> Transaction:
         """Declare reads restricted to partitions, given as serialised partition values."""
-        self.read.partitions.extend(dict(p) for p in partitions)
+        self._check_open()
+        self.read.partitions.extend(str_map_arg(p, "partition", null_values=True) for p in partitions)
         return self
+
+    def _check_open(self) -> None:
+        if self._committed:
+            raise DeltaError("this transaction was already committed; start a new one")
+
+    def _prepare(self) -> None:
+        """Once, before the first attempt: the vectors of ``delete_rows`` written, their actions added."""
+        if (done := self.row_deletes.actions(self, _now_ms())) is not None:
+            self.adds.extend(done.adds)
+            self.removes.extend(done.removes)
 
     # -- committing ---------------------------------------------------------------------------------------
     def commit(
@@ -164,11 +243,18 @@ class Transaction:
         (default 10) is followed by a checkpoint, as Delta Spark does; a failure there is logged, never
         raised, since the commit itself has landed.
         """
-        if self._committed:
-            raise DeltaError("this transaction was already committed; start a new one")
+        self._check_open()
+        operation, operation_parameters, operation_metrics, user_metadata = commit_info_args(
+            operation, operation_parameters, operation_metrics, user_metadata
+        )
+        max_attempts = int_arg(max_attempts, "max_attempts", minimum=1)
+        auto_checkpoint = bool_arg(auto_checkpoint, "auto_checkpoint")
         snap = self.snapshot
         if snap is not None and (done := self._already_committed(snap.app_transactions, snap.version)):
             return done
+        self._prepare()
+        if not operation_metrics and self.row_deletes.metrics is not None:
+            operation_metrics = self.row_deletes.metrics  # Delta Spark's DELETE metrics
         validate_commit(self)
         self._check_vacuum_in_progress()
         txn_id = str(uuid.uuid4())
@@ -282,9 +368,15 @@ class Transaction:
     def _effects_in(self, state: TableState) -> bool:
         return holds_effects(state, self.adds, self.removes, self.app_transaction, self.metadata)
 
+    def _new_files(self) -> list[AddFile]:
+        """Adds of files new to the table: a file re-added with a new deletion vector (removed in the same
+        commit) is live, so no VACUUM may delete it; only its vector file is new, written just now."""
+        removed = {r.path for r in self.removes}
+        return [a for a in self.adds if a.path not in removed]
+
     def _check_vacuum_in_progress(self) -> None:
         if self.snapshot is not None:
-            check_vacuum_in_progress(self.snapshot, self.adds, self.table.uri)
+            check_vacuum_in_progress(self.snapshot, self._new_files(), self.table.uri)
 
     def _rebasable(self) -> bool:
         """Whether the commit means the same on any later snapshot with the same protocol and metadata: a
@@ -376,7 +468,7 @@ class Transaction:
                 {r.path for r in self.removes},
                 isolation=self.isolation_level(),
                 changes_metadata=self.metadata is not None,
-                oldest_add_ms=oldest_modification(self.adds),
+                oldest_add_ms=oldest_modification(self._new_files()),
             )
             previous_ict = in_commit_timestamp_of(data) or previous_ict
             latest = v
@@ -426,6 +518,7 @@ class Transaction:
         out = [json.dumps(x, separators=(",", ":")) for x in lines]
         out.extend(json.dumps({"add": a.to_json()}, separators=(",", ":")) for a in self.adds)
         out.extend(json.dumps({"remove": r.to_json()}, separators=(",", ":")) for r in self.removes)
+        out.extend(json.dumps({"cdc": c.to_json()}, separators=(",", ":")) for c in self.cdc_files)
         return ("\n".join(out) + "\n").encode("utf-8")
 
     def isolation_level(self) -> str:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import FileFields
+from .arguments import bool_arg, callable_arg, int_arg, number_arg
 from .deletion_vectors import stored_dv_paths
 from .errors import DeltaError, RetentionTooShortError
 from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
@@ -78,6 +79,12 @@ def vacuum(
     :param max_workers: deletions in flight (S3: DeleteObjects requests of 1000 keys; else files).
     :param progress: called as ``progress(deleted, total)`` after each deleted batch.
     """
+    number_arg(retention_hours, "retention_hours", minimum=0, optional=True)
+    bool_arg(dry_run, "dry_run")
+    bool_arg(enforce_retention_duration, "enforce_retention_duration")
+    int_arg(now_ms, "now_ms", optional=True)
+    int_arg(max_workers, "max_workers", minimum=1)
+    callable_arg(progress, "progress", optional=True)
     started = time.monotonic()
     store = table.store
     # Every tombstone: the vacuum's own retention, not the table's, decides which ones still count.

@@ -20,8 +20,9 @@ checkpoint; readers start from the newest checkpoint):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -127,13 +128,36 @@ def holds_effects(
         state.metadata is None or state.metadata.schema_string != metadata.schema_string
     ):
         return False
-    added = pa.array([a.path for a in adds], pa.string())
-    seen = pa.concat_arrays([_paths(state.files), _paths(state.tombstones)])
+    # Files are told apart by path and deletion vector ("Action Reconciliation"): a commit that only gives
+    # live files new vectors re-adds paths that were there before it.
+    added = pa.array([_key(a.path, a.deletion_vector) for a in adds], pa.string())
+    seen = pa.concat_arrays([_keys(state.files), _keys(state.tombstones)])
     if len(added) and not pc.all(pc.is_in(added, value_set=seen)).as_py():
         return False
-    still_live = pa.array([r.path for r in removes if r.path not in set(added.to_pylist())], pa.string())
-    return not (len(still_live) and pc.any(pc.is_in(still_live, value_set=_paths(state.files))).as_py())
+    added_set = set(added.to_pylist())
+    still_live = pa.array(
+        [k for r in removes if (k := _key(r.path, r.deletion_vector)) not in added_set], pa.string()
+    )
+    return not (len(still_live) and pc.any(pc.is_in(still_live, value_set=_keys(state.files))).as_py())
 
 
-def _paths(files: pa.Table) -> pa.Array:
-    return files.column("path").combine_chunks().cast(pa.string())
+def _key(path: str, dv: Mapping[str, Any] | None) -> str:
+    dv = dv or {}
+    offset = "" if dv.get("offset") is None else dv["offset"]
+    return f"{path}\0{dv.get('storageType') or ''}{dv.get('pathOrInlineDv') or ''}@{offset}"
+
+
+def _keys(files: pa.Table) -> pa.Array:
+    """``_key`` of every row of a file table, computed with Arrow."""
+    path = files.column("path").combine_chunks().cast(pa.string())
+    if "deletionVector" not in files.schema.names:
+        return pc.binary_join_element_wise(path, "\0@", "")
+    dv = files.column("deletionVector").combine_chunks()
+    if isinstance(dv, pa.ChunkedArray):  # an empty table
+        dv = pa.array([], dv.type)
+    # flatten() gives a null vector null fields (a bare child array may hold values under the null).
+    fields = dict(zip([f.name for f in dv.type], dv.flatten(), strict=True))
+    offset = pc.fill_null(pc.cast(fields["offset"], pa.string()), "")
+    kind = pc.fill_null(fields["storageType"], "")
+    value = pc.fill_null(fields["pathOrInlineDv"], "")
+    return pc.binary_join_element_wise(path, "\0", kind, value, "@", offset, "")

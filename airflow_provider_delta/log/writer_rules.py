@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import typing
+from collections.abc import Mapping
+from typing import Any
 
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+from .arguments import bool_arg, json_value_arg, str_arg
 from .errors import InvalidCommitError
 from .properties import APPEND_ONLY, bool_property
 from .protocol import check_write_supported
 from .replay import check_metadata
+from .row_deletion import check_deletion_vector_actions
 from .schema import column_mapping_mode, physical_partition_names
 from .snapshot import Snapshot
 from .table_context import TableContext
@@ -31,6 +35,42 @@ class PendingCommit(typing.Protocol):
     app_transaction: SetTransaction | None
     domains: list[DomainMetadata]
     constraints_checked: bool
+
+
+def check_table_writable(snapshot: Snapshot, where: str) -> None:
+    """A transaction on a table that needs a writer feature this client does not implement is refused
+    when it starts, naming the feature, rather than when it commits."""
+    uses_identity = _uses(snapshot.metadata.schema, "delta.identity.")
+    check_write_supported(snapshot.protocol, uses_identity=uses_identity, where=where)
+
+
+def checked_metadata(metadata: Any, where: str) -> Metadata:
+    """A metaData action a transaction is given: refused at the call when readers could not load it."""
+    if not isinstance(metadata, Metadata):
+        raise TypeError(f"metadata must be a Metadata action, not {type(metadata).__name__}")
+    try:
+        check_metadata(metadata)
+    except ValueError as exc:
+        problem = f"{where}: the new metaData would make the table unreadable: {exc}"
+        raise InvalidCommitError(problem) from None
+    return metadata
+
+
+def checked_protocol(protocol: Any, where: str) -> Protocol:
+    """A protocol action a transaction is given: refused at the call when this client cannot write it."""
+    if not isinstance(protocol, Protocol):
+        raise TypeError(f"protocol must be a Protocol action, not {type(protocol).__name__}")
+    check_write_supported(protocol, uses_identity=False, where=where)
+    return protocol
+
+
+def domain_metadata(domain: Any, configuration: Any, removed: Any) -> DomainMetadata:
+    """A ``domainMetadata`` action from a caller: a configuration mapping is stored as its JSON."""
+    domain = str_arg(domain, "domain", empty=False)
+    if isinstance(configuration, Mapping):
+        configuration = json_value_arg(dict(configuration), "configuration")
+        configuration = json.dumps(configuration, separators=(",", ":"))
+    return DomainMetadata(domain, str_arg(configuration, "configuration"), bool_arg(removed, "removed"))
 
 
 def _uses(schema: dict, key: str) -> bool:
@@ -65,6 +105,7 @@ def validate_commit(txn: PendingCommit) -> None:
                 f"{where}: a commit may not downgrade the protocol from {old} to {txn.protocol}"
             )
     _check_unique_paths(txn, where)
+    check_deletion_vector_actions(txn.adds, protocol, metadata, where)
     _check_append_only(txn, metadata.configuration, where)
     _check_partitions(txn, metadata, where)
     _check_constraints(txn, schema, metadata.configuration, where)
@@ -79,7 +120,9 @@ def _check_unique_paths(txn: PendingCommit, where: str) -> None:
             action.path,
             None if not dv else f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}@{dv.get('offset')}",
         )
-        if key in seen and not _is_dv_update(txn, action.path):
+        # A vector update (remove with the old vector, add with the new) is two keys; the same key twice
+        # would leave the file to whichever action replay reads last.
+        if key in seen:
             raise InvalidCommitError(
                 f"{where}: {action.path} appears in more than one file action of this commit"
             )
@@ -90,15 +133,6 @@ def _check_unique_paths(txn: PendingCommit, where: str) -> None:
     domains = [d.domain for d in txn.domains]
     if len(set(domains)) != len(domains):
         raise InvalidCommitError(f"{where}: a domain is set twice in one commit")
-
-
-def _is_dv_update(txn: PendingCommit, path: str) -> bool:
-    """remove(path, old DV) + add(path, new DV) is how a deletion vector is replaced: allowed."""
-    return (
-        any(a.path == path for a in txn.adds)
-        and any(r.path == path for r in txn.removes)
-        and any(a.path == path and a.deletion_vector for a in txn.adds)
-    )
 
 
 def _check_append_only(txn: PendingCommit, configuration: dict[str, str], where: str) -> None:

@@ -96,7 +96,8 @@ def build_v2_dv_ict(root: Path) -> None:
     victim = AddFile.from_dict(t.snapshot().files.to_pylist()[0])
     dv = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=",
           "offset": None, "sizeInBytes": 36, "cardinality": 2}  # fmt: skip
-    with_dv = AddFile(victim.path, victim.size, stats=victim.stats, deletion_vector=dv)
+    stats = json.dumps({**json.loads(victim.stats), "tightBounds": False})  # a new vector's bounds are wide
+    with_dv = AddFile(victim.path, victim.size, stats=stats, deletion_vector=dv)
     t.transaction().remove_files([victim]).add_files([with_dv]).commit(auto_checkpoint=False)
     t.checkpoint(parts=2)
     _commit(t, [AddFile("f9.parquet", 99)])

@@ -276,10 +276,11 @@ def test_dv_files_with_a_prefix_folder_and_absolute_dv_paths_are_kept(root: Path
         "sizeInBytes": 36,
         "cardinality": 1,
     }
+    stats = '{"numRecords":2,"tightBounds":false}'  # a file with a vector must say its row count
     t.transaction().add_files(
         [
-            AddFile(a, (root / a).stat().st_size, {"p": "a"}, deletion_vector=dv_u),
-            AddFile(b, (root / b).stat().st_size, {"p": "a"}, deletion_vector=dv_p),
+            AddFile(a, (root / a).stat().st_size, {"p": "a"}, stats=stats, deletion_vector=dv_u),
+            AddFile(b, (root / b).stat().st_size, {"p": "a"}, stats=stats, deletion_vector=dv_p),
         ]
     ).commit()
     assert vacuum(t, now_ms=NOW).files == [orphan_dv]
@@ -548,6 +549,9 @@ def _z85_id(u: uuid.UUID) -> str:
     return out
 
 
+DV_STATS = '{"numRecords":2,"tightBounds":false}'
+
+
 def _dv(root: Path, *, prefix: str = "", now: int) -> dict[str, Any]:
     """A deletion vector stored in its own file under the root (vacuum only needs the file to exist)."""
     u = uuid.uuid4()
@@ -590,7 +594,8 @@ def test_vacuum_keeps_what_the_full_replay_references_after_a_checkpoint(tmp_pat
     t = DeltaTable.create(str(root), SCHEMA, partition_by=["p"], configuration=config)
 
     def with_dv(f: AddFile, prefix: str = "") -> AddFile:
-        return AddFile(f.path, f.size, {"p": "a"}, deletion_vector=_dv(root, prefix=prefix, now=now))
+        dv = _dv(root, prefix=prefix, now=now)  # a file with a vector must give its row count
+        return AddFile(f.path, f.size, {"p": "a"}, stats=DV_STATS, deletion_vector=dv)
 
     def removed(f: AddFile, age_ms: int) -> RemoveFile:
         return RemoveFile(
