@@ -61,3 +61,19 @@ def vacuum_cutoff(info: dict[str, Any] | None) -> int | None:
         return int(info["timestamp"]) - int(retention if retention is not None else 0)
     except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite retention
         return None
+
+
+# commitInfo.tags: a commit whose only metadata change moves identity high-water marks says so
+# ("Identity Columns"; Delta Spark's conflict checker lets such a change pass a transaction that changes
+# no metadata itself).
+IDENTITY_SCHEMA_UPDATE = "delta.identity.schemaUpdate"
+
+
+def tags_of(info: dict[str, Any] | None) -> dict[str, str]:
+    """``commitInfo.tags`` (string to string), ``{}`` when absent or not an object."""
+    tags = (info or {}).get("tags")
+    return {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {}
+
+
+def identity_only_update(info: dict[str, Any] | None) -> bool:
+    return tags_of(info).get(IDENTITY_SCHEMA_UPDATE, "").lower() == "true"

@@ -84,6 +84,15 @@ class InvalidCommitError(DeltaError):
     """A commit would break a writer rule ("Requirements for Writers"); nothing was written."""
 
 
+class IdentityColumnError(InvalidCommitError):
+    """Values of an identity column that the table must generate were given, or cannot be generated
+    ("Identity Columns"); ``column`` names it. Nothing was written."""
+
+    def __init__(self, message: str, *, column: str) -> None:
+        super().__init__(message)
+        self.column = column
+
+
 class UnsafeStorageError(DeltaError):
     """The storage backend cannot create a file only if it is absent, so concurrent commits could be lost."""
 
