@@ -57,11 +57,13 @@ def check_read_supported(protocol: Protocol, *, where: str = "this table") -> No
         )
 
 
-# Writer features whose rules the core's commits follow. Not here, so refused on write: identityColumns
-# (values and high-water marks must be generated), rowTracking (row ids), allowColumnDefaults, variant
-# types, clustering, icebergCompat*, catalog-managed tables. checkConstraints, invariants and
+# Writer features whose rules the core's commits follow. Not here, so refused on write:
+# allowColumnDefaults, icebergCompat*, catalog-managed tables. checkConstraints, invariants and
 # generatedColumns need SQL evaluation: the core accepts data for such tables only from a caller that
-# says it checked the rows (the Spark writer does).
+# says it checked the rows (the Spark writer does). identityColumns: writers generate the values
+# (``identity``) and the transaction moves the marks; rowTracking: the transaction assigns row ids
+# (``row_tracking``); clustering: commits keep the domain and give clustering columns statistics
+# (``clustering``).
 SUPPORTED_WRITER_FEATURES: frozenset[str] = frozenset(
     {
         "appendOnly",
@@ -78,6 +80,9 @@ SUPPORTED_WRITER_FEATURES: frozenset[str] = frozenset(
         "vacuumProtocolCheck",
         "typeWidening",
         "typeWidening-preview",
+        "identityColumns",
+        "rowTracking",
+        "clustering",
     }
 )
 # Legacy writer versions imply these features ("Writer Version Requirements").
