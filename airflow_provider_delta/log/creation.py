@@ -48,6 +48,8 @@ def required_features(schema: dict[str, Any], configuration: dict[str, str]) -> 
         features.add("identityColumns")
     if '"timestamp_ntz"' in text:
         features.add("timestampNtz")
+    if '"variant"' in text:
+        features.add("variantType")
     if column_mapping_mode(configuration) != "none":
         features.add("columnMapping")
     for key, value in configuration.items():
