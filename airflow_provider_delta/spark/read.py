@@ -148,8 +148,8 @@ def _read_file(task: dict, fs: Any, root: str, spec: ScanSpec) -> Iterator[pa.Re
         first_row = 0
         for rg in range(pf.num_row_groups):
             names = [file_fields[i].name for i in columns.values()]
-            hidden = [c for c in (spec.row_id_column, spec.row_version_column) if c in pf.schema_arrow.names] \
-                if spec.metadata else []  # fmt: skip
+            materialized = (spec.row_id_column, spec.row_version_column) if spec.metadata else ()
+            hidden = [c for c in materialized if c in pf.schema_arrow.names]
             data = pf.read_row_group(rg, columns=names + [c for c in hidden if c not in names])
             n = data.num_rows
             batch = _to_table_batch(data, columns, file_fields, partition_values, spec)

@@ -49,11 +49,13 @@ def test_explicit_identity_values_where_allowed(spark, tmp_path: Path):
 
 def test_row_ids_and_commit_versions_through_the_reader(spark, tmp_path: Path):
     uri = str(tmp_path / "t")
-    t = DeltaTable.create(uri, pa.schema([("k", pa.int32())]), configuration={"delta.enableRowTracking": "true"})
+    tracked = {"delta.enableRowTracking": "true"}
+    t = DeltaTable.create(uri, pa.schema([("k", pa.int32())]), configuration=tracked)
     write(spark.createDataFrame([(i,) for i in range(4)], "k int").coalesce(1), uri)
     write(spark.createDataFrame([(i,) for i in range(4, 6)], "k int").coalesce(1), uri)
     df = read(spark, uri, metadata=["row_id", "row_commit_version", "row_index"])
-    got = sorted((r["k"], r["_metadata"]["row_id"], r["_metadata"]["row_commit_version"]) for r in df.collect())
+    got = sorted((r["k"], r["_metadata"]["row_id"], r["_metadata"]["row_commit_version"])
+                 for r in df.collect())  # fmt: skip
     assert got == [(0, 0, 1), (1, 1, 1), (2, 2, 1), (3, 3, 1), (4, 4, 2), (5, 5, 2)]
     plain = DeltaTable.create(str(tmp_path / "plain"), pa.schema([("k", pa.int32())]))
     with pytest.raises(UnsupportedFeatureError, match="does not enable row tracking"):
