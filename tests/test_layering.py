@@ -131,7 +131,8 @@ def test_importing_the_core_loads_no_airflow_or_pyspark():
 CORE_FLOORS: dict[str, int] = {
     # 0: names and shapes
     "errors": 0, "properties": 0, "action_values": 0, "arrow_utils": 0, "actions": 0, "schema": 0,
-    "protocol": 0, "commit_info": 0, "deletion_vector_format": 0, "arguments": 0,
+    "protocol": 0, "commit_info": 0, "deletion_vector_format": 0, "arguments": 0, "row_tracking": 0,
+    "identity": 0, "clustering": 0, "variant": 0,
     # 1: storage and log files
     "storage": 1, "segment": 1, "last_checkpoint": 1, "commit_json": 1, "deletion_vectors": 1,
     # 2: state

@@ -81,3 +81,19 @@ def commit_info_args(
         maps.append({k: json_value_arg(v, f"{name}[{k!r}]") for k, v in value.items()})
     operation = str_arg(operation, "operation", empty=False)
     return operation, maps[0], maps[1], str_arg(user_metadata, "user_metadata", optional=True)
+
+
+# commitInfo.tags: a commit whose only metadata change moves identity high-water marks says so
+# ("Identity Columns"; Delta Spark's conflict checker lets such a change pass a transaction that changes
+# no metadata itself).
+IDENTITY_SCHEMA_UPDATE = "delta.identity.schemaUpdate"
+
+
+def tags_of(info: dict[str, Any] | None) -> dict[str, str]:
+    """``commitInfo.tags`` (string to string), ``{}`` when absent or not an object."""
+    tags = (info or {}).get("tags")
+    return {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {}
+
+
+def identity_only_update(info: dict[str, Any] | None) -> bool:
+    return tags_of(info).get(IDENTITY_SCHEMA_UPDATE, "").lower() == "true"

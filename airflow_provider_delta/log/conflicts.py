@@ -4,7 +4,9 @@ Follows Delta Spark's ``ConflictChecker`` for its isolation levels: a protocol o
 conflicts; files added by a winner conflict only if this transaction read the data they fall in (under
 WriteSerializable only if the winner was not a blind append; under SnapshotIsolation, which Delta Spark uses
 for transactions that change no data, never); removed files conflict with files this transaction read or
-removed, and with partitions it read; app ids this transaction depends on must not move.
+removed, and with partitions it read; app ids this transaction depends on must not move. A metadata change
+that only moves identity high-water marks passes a transaction that changes no metadata; two commits that
+set the same metadata domain conflict, except ``delta.rowTracking``, whose ids the loser reassigns.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from .actions import AddFile, SetTransaction, check_commit_info
-from .commit_info import VACUUM_START, vacuum_cutoff
+from .actions import AddFile, DomainMetadata, SetTransaction, check_commit_info
+from .commit_info import VACUUM_START, identity_only_update, vacuum_cutoff
 from .errors import (
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
@@ -29,6 +31,7 @@ from .errors import (
     ProtocolChangedError,
     shown,
 )
+from .row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from .snapshot import Snapshot
 
 ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
@@ -65,6 +68,8 @@ class WinningCommit:
     removed: dict[str, Mapping[str, str | None] | None] = field(default_factory=dict)  # path -> partition
     app_ids: dict[str, int] = field(default_factory=dict)
     vacuum_cutoff: int | None = None  # a VACUUM START: it may delete unreferenced files older than this
+    identity_only: bool = False  # its metaData only moves identity high-water marks (commitInfo.tags)
+    domains: dict[str, str] = field(default_factory=dict)  # domain -> configuration it set
 
     @classmethod
     def parse(cls, version: int, data: bytes, *, path: str) -> WinningCommit:
@@ -91,7 +96,7 @@ class WinningCommit:
     def _take(self, name: str, body: Any) -> None:
         if name in _FILE_ACTIONS:
             _check_file_action(name, body)
-        elif name in ("commitInfo", "txn") and not isinstance(body, dict):
+        elif name in ("commitInfo", "txn", "domainMetadata") and not isinstance(body, dict):
             raise ValueError(f"{name} must be a JSON object, not {shown(body)}")
         if name == "commitInfo":
             check_commit_info(body)
@@ -99,6 +104,7 @@ class WinningCommit:
             self.txn_id = body.get("txnId")
             self.blind_append = bool(body.get("isBlindAppend"))
             self.vacuum_cutoff = vacuum_cutoff(body)
+            self.identity_only = identity_only_update(body)
         elif name == "protocol":
             self.changed_protocol = True
         elif name == "metaData":
@@ -110,6 +116,9 @@ class WinningCommit:
         elif name == "txn":
             txn = SetTransaction.from_json(body)
             self.app_ids[txn.app_id] = txn.version
+        elif name == "domainMetadata":
+            domain = DomainMetadata.from_json(body)
+            self.domains[domain.domain] = domain.configuration
 
 
 _FILE_ACTIONS = ("add", "remove")
@@ -155,6 +164,7 @@ def check_conflicts(
     isolation: str,
     changes_metadata: bool,
     oldest_add_ms: int | None = None,
+    domains: frozenset[str] = frozenset(),
 ) -> None:
     """Raise the ``ConcurrentModificationError`` subclass Delta Spark would raise, else return.
 
@@ -171,8 +181,10 @@ def check_conflicts(
         )
     if win.changed_protocol:
         raise ProtocolChangedError("the protocol of the table changed since this transaction read it", **kw)
-    if win.changed_metadata:
+    if win.changed_metadata and (changes_metadata or not win.identity_only):
         raise MetadataChangedError("the table metadata changed since this transaction read it", **kw)
+    if hit := sorted((win.domains.keys() & domains) - {ROW_TRACKING_DOMAIN}):
+        raise ConcurrentTransactionError(f"metadata domain {hit[0]!r} was set concurrently", **kw)
     # WriteSerializable lets blind appends pass unless this transaction changes the metadata;
     # SnapshotIsolation (a transaction that changes no data) lets every append pass.
     sees_appends = isolation == "Serializable" or changes_metadata or not win.blind_append

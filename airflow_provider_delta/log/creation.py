@@ -19,6 +19,7 @@ from .actions import Metadata, Protocol
 from .arguments import str_arg, str_list_arg, str_map_arg
 from .errors import InvalidCommitError
 from .protocol import required_protocol
+from .row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID
 from .schema import arrow_schema_to_delta, column_mapping_mode
 
 _PROPERTY_FEATURES = {
@@ -28,7 +29,10 @@ _PROPERTY_FEATURES = {
     ("delta.enableInCommitTimestamps", "true"): "inCommitTimestamp",
     ("delta.checkpointPolicy", "v2"): "v2Checkpoint",
     ("delta.enableTypeWidening", "true"): "typeWidening",
+    ("delta.enableRowTracking", "true"): "rowTracking",
 }
+# Features that need another ("Row Tracking", "Clustered Table": domainMetadata is required).
+_DEPENDENCIES = {"rowTracking": "domainMetadata", "clustering": "domainMetadata"}
 
 
 def required_features(schema: dict[str, Any], configuration: dict[str, str]) -> set[str]:
@@ -45,12 +49,22 @@ def required_features(schema: dict[str, Any], configuration: dict[str, str]) -> 
         features.add("identityColumns")
     if '"timestamp_ntz"' in text:
         features.add("timestampNtz")
+    if '"variant"' in text:
+        features.add("variantType")
     if column_mapping_mode(configuration) != "none":
         features.add("columnMapping")
     for key, value in configuration.items():
         if key.startswith("delta.feature.") and value.lower() in ("supported", "enabled"):
             features.add(key[len("delta.feature.") :])
+    features |= {_DEPENDENCIES[f] for f in features if f in _DEPENDENCIES}
     return features
+
+
+def _name_row_tracking_columns(configuration: dict[str, str]) -> None:
+    """Where row tracking is supported, the hidden columns that would hold materialized row ids and
+    commit versions get unique names, as Delta Spark names them ("Row Tracking")."""
+    configuration.setdefault(MATERIALIZED_ROW_ID, f"_row-id-col-{uuid.uuid4()}")
+    configuration.setdefault(MATERIALIZED_ROW_COMMIT_VERSION, f"_row-commit-version-col-{uuid.uuid4()}")
 
 
 def _assign_column_mapping(fields: list[dict[str, Any]], next_id: int) -> int:
@@ -101,6 +115,8 @@ def initial_actions(
             delta_schema["fields"], int(configuration.get("delta.columnMapping.maxColumnId", 0))
         )
         configuration["delta.columnMapping.maxColumnId"] = str(max_id)
+    if "rowTracking" in features:
+        _name_row_tracking_columns(configuration)
     explicit = any(k.startswith("delta.feature.") for k in configuration)
     protocol = required_protocol(features, explicit=explicit)
     metadata = Metadata(

@@ -93,6 +93,15 @@ class FileNotLiveError(InvalidCommitError):
         self.path = path
 
 
+class IdentityColumnError(InvalidCommitError):
+    """Values of an identity column that the table must generate were given, or cannot be generated
+    ("Identity Columns"); ``column`` names it. Nothing was written."""
+
+    def __init__(self, message: str, *, column: str) -> None:
+        super().__init__(message)
+        self.column = column
+
+
 class UnsafeStorageError(DeltaError):
     """The storage backend cannot create a file only if it is absent, so concurrent commits could be lost."""
 

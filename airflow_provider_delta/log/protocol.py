@@ -13,7 +13,8 @@ from .errors import UnsupportedFeatureError
 MAX_READER_VERSION = 3
 
 # Reader features whose read side we implement. typeWidening only changes the schema the log declares;
-# applying it to data files belongs to the data reader.
+# applying it to data files belongs to the data reader. Variants are read as the spec's two binaries,
+# shredded files put back together (``variant``).
 SUPPORTED_READER_FEATURES: frozenset[str] = frozenset(
     {
         "columnMapping",
@@ -23,6 +24,10 @@ SUPPORTED_READER_FEATURES: frozenset[str] = frozenset(
         "vacuumProtocolCheck",
         "typeWidening",
         "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+        "variantShredding",
+        "variantShredding-preview",
     }
 )
 
@@ -57,11 +62,14 @@ def check_read_supported(protocol: Protocol, *, where: str = "this table") -> No
         )
 
 
-# Writer features whose rules the core's commits follow. Not here, so refused on write: identityColumns
-# (values and high-water marks must be generated), rowTracking (row ids), allowColumnDefaults, variant
-# types, clustering, icebergCompat*, catalog-managed tables. checkConstraints, invariants and
+# Writer features whose rules the core's commits follow. Not here, so refused on write:
+# allowColumnDefaults, icebergCompat*, catalog-managed tables. checkConstraints, invariants and
 # generatedColumns need SQL evaluation: the core accepts data for such tables only from a caller that
-# says it checked the rows (the Spark writer does).
+# says it checked the rows (the Spark writer does). identityColumns: writers generate the values
+# (``identity``) and the transaction moves the marks; rowTracking: the transaction assigns row ids
+# (``row_tracking``); clustering: commits keep the domain and give clustering columns statistics
+# (``clustering``); variant types: our writers write the two binaries unshredded, which the spec allows
+# on tables that enable shredding too, and no min/max statistics for them.
 SUPPORTED_WRITER_FEATURES: frozenset[str] = frozenset(
     {
         "appendOnly",
@@ -78,6 +86,13 @@ SUPPORTED_WRITER_FEATURES: frozenset[str] = frozenset(
         "vacuumProtocolCheck",
         "typeWidening",
         "typeWidening-preview",
+        "identityColumns",
+        "rowTracking",
+        "clustering",
+        "variantType",
+        "variantType-preview",
+        "variantShredding",
+        "variantShredding-preview",
     }
 )
 # Legacy writer versions imply these features ("Writer Version Requirements").
@@ -96,6 +111,8 @@ READER_FEATURES_NEEDING_R3 = frozenset(
         "v2Checkpoint",
         "typeWidening",
         "vacuumProtocolCheck",
+        "variantType",
+        "variantShredding",
     }
 )
 

@@ -73,6 +73,10 @@ def _fill(t: pa.StructType, prefix: tuple[str, ...], columns: dict, out: dict[st
                 out[field.name] = child
             continue
         chunks = columns.get(path)
+        if not chunks and what == "nulls":
+            # A variant is a leaf of the statistics but a group in the file; its required metadata binary
+            # is null exactly where the variant is ("Statistics for Variant Columns": nullCount only).
+            chunks = columns.get((*path, "metadata"))
         if not chunks:
             continue  # nested list/map leaves have other paths: their statistics are optional
         value = _null_count(chunks) if what == "nulls" else _bound(chunks, field.type, what)

@@ -13,7 +13,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,15 @@ from .actions import AddCDCFile, AddFile, DomainMetadata, Metadata, Protocol, Re
 from .arguments import bool_arg, int_arg, str_arg, str_map_arg
 from .change_data import write_change_data
 from .checkpoint import write_checkpoint
-from .commit_info import ENGINE_INFO, VACUUM_START, commit_info_args, in_commit_timestamp_of, txn_id_of
+from .clustering import domain_for
+from .commit_info import (
+    ENGINE_INFO,
+    IDENTITY_SCHEMA_UPDATE,
+    VACUUM_START,
+    commit_info_args,
+    in_commit_timestamp_of,
+    txn_id_of,
+)
 from .conflicts import (
     ISOLATION_LEVELS,
     ReadSet,
@@ -46,9 +54,12 @@ from .errors import (
 )
 from .file_references import FileRef, file_refs, live_files, new_adds, tombstone
 from .history import locate_app_transaction
+from .identity import with_high_water_marks
 from .properties import CHECKPOINT_INTERVAL, ict_enablement_version
 from .replay import TableState
 from .row_deletion import INLINE_MAX_BYTES, RowDeletes
+from .row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
+from .row_tracking import RowIdAssignment, plan_row_ids
 from .segment import commit_name, commit_version
 from .snapshot import Snapshot, load_snapshot
 from .storage import put_if_absent
@@ -119,6 +130,11 @@ class Transaction:
         self.row_deletes = RowDeletes()
         self.cdc_files: list[AddCDCFile] = []
         self.constraints_checked = False
+        self.identity_high_water_marks: dict[str, int] = {}
+        self.committed_adds: list[AddFile] = []  # the adds as committed: with row ids, once committed
+        self._identity_only: bool | None = None  # the metaData only moves identity marks (commitInfo.tags)
+        self._row_ids: RowIdAssignment | None = None
+        self._attempts: dict[int, list[AddFile]] = {}  # version -> the adds that attempt wrote
         self._committed = False
         self._maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
 
@@ -204,6 +220,24 @@ class Transaction:
         self.domains.append(domain_metadata(domain, configuration, removed))
         return self
 
+    def set_identity_high_water_marks(self, marks: Mapping[str, int]) -> Transaction:
+        """Move identity columns' high-water marks past the values this commit's files hold (column ->
+        the furthest value written), in the schema committed with it ("Identity Columns"); generate the
+        values with ``identity.IdentityValues`` or ``identity.columns_to_generate``."""
+        self._check_open()
+        for name, value in marks.items():
+            self.identity_high_water_marks[name] = int(value)
+        return self
+
+    def set_clustering_columns(self, columns: Sequence[str]) -> Transaction:
+        """Make ``columns`` (logical names) the table's clustering columns ("Clustered Table")."""
+        self._check_open()
+        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
+        if md is None:
+            raise InvalidCommitError("set the table's metadata before its clustering columns")
+        self.domains.append(domain_for(md, columns))
+        return self
+
     def read_whole_table(self) -> Transaction:
         """Declare a read of all data (e.g. an overwrite): any concurrent data change then conflicts."""
         self._check_open()
@@ -255,8 +289,10 @@ class Transaction:
         self._prepare()
         if not operation_metrics and self.row_deletes.metrics is not None:
             operation_metrics = self.row_deletes.metrics  # Delta Spark's DELETE metrics
+        self._apply_identity_marks()
         validate_commit(self)
         self._check_vacuum_in_progress()
+        self._row_ids = self._plan_row_ids()
         txn_id = str(uuid.uuid4())
         version = 0 if snap is None else snap.version + 1
         previous_ict = _ict_of(snap)
@@ -266,12 +302,15 @@ class Transaction:
             ict = None
             if self._ict_enabled():  # each in-commit timestamp must exceed the previous one
                 ict = _now_ms() if previous_ict is None else max(_now_ms(), previous_ict + 1)
+            adds, domains = self._file_actions(version)
             data = self._serialise(
-                operation, operation_parameters, txn_id, ict, user_metadata, version, operation_metrics
-            )
+                operation, operation_parameters, txn_id, ict, user_metadata, version, operation_metrics,
+                adds, domains,
+            )  # fmt: skip
             outcome, why = self._put(version, data, txn_id)
             if outcome == "ours":
                 self._committed = True
+                self.committed_adds = adds
                 log.info("committed version %d of %s (%s)", version, self.table.uri, operation)
                 if auto_checkpoint:
                     self._maybe_checkpoint(version)
@@ -284,6 +323,7 @@ class Transaction:
                 done, latest, previous_ict = self._resolve_conflicts(version, txn_id, previous_ict)
             if done is not None:
                 self._committed = True
+                self.committed_adds = [] if done.already_committed else self._attempts.get(done.version, [])
                 return CommitResult(done.version, done.already_committed, attempts, txn_id)
             snap = self.snapshot
             if attempts >= max_attempts:
@@ -429,6 +469,8 @@ class Transaction:
             )
         log.warning("%s; committing on the latest snapshot of %s instead", why, where)
         self.snapshot = latest
+        if self._row_ids is not None and ROW_TRACKING_DOMAIN in latest.domain_metadata:
+            self._row_ids.observe(latest.domain_metadata[ROW_TRACKING_DOMAIN].configuration)
         self._check_vacuum_in_progress()
         return None, latest.version, _ict_of(latest)
 
@@ -469,7 +511,10 @@ class Transaction:
                 isolation=self.isolation_level(),
                 changes_metadata=self.metadata is not None,
                 oldest_add_ms=oldest_modification(self._new_files()),
+                domains=frozenset(d.domain for d in self.domains),
             )
+            if self._row_ids is not None:  # ids up to the winner's mark are taken: the retry goes above
+                self._row_ids.observe(win.domains.get(ROW_TRACKING_DOMAIN))
             previous_ict = in_commit_timestamp_of(data) or previous_ict
             latest = v
         return None, latest, previous_ict
@@ -487,7 +532,9 @@ class Transaction:
         ict: int | None,
         user_metadata: str | None,
         version: int,
-        metrics: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None,
+        adds: list[AddFile],
+        domains: list[DomainMetadata],
     ) -> bytes:
         info: dict[str, Any] = {}
         if ict is not None:
@@ -505,6 +552,8 @@ class Transaction:
             info["operationMetrics"] = {k: str(v) for k, v in metrics.items()}  # strings, as Delta Spark
         if user_metadata is not None:
             info["userMetadata"] = user_metadata
+        if self._identity_only:
+            info["tags"] = {IDENTITY_SCHEMA_UPDATE: "true"}
         info["engineInfo"] = ENGINE_INFO
         info["txnId"] = txn_id
         lines = [{"commitInfo": info}]
@@ -514,12 +563,41 @@ class Transaction:
             lines.append({"metaData": self.metadata.to_json()})
         if self.app_transaction is not None:
             lines.append({"txn": self.app_transaction.to_json()})
-        lines.extend({"domainMetadata": d.to_json()} for d in self.domains)
+        lines.extend({"domainMetadata": d.to_json()} for d in domains)
         out = [json.dumps(x, separators=(",", ":")) for x in lines]
-        out.extend(json.dumps({"add": a.to_json()}, separators=(",", ":")) for a in self.adds)
+        out.extend(json.dumps({"add": a.to_json()}, separators=(",", ":")) for a in adds)
         out.extend(json.dumps({"remove": r.to_json()}, separators=(",", ":")) for r in self.removes)
         out.extend(json.dumps({"cdc": c.to_json()}, separators=(",", ":")) for c in self.cdc_files)
         return ("\n".join(out) + "\n").encode("utf-8")
+
+    def _apply_identity_marks(self) -> None:
+        """Fold the identity marks into the metadata committed (Delta Spark's
+        ``precommitUpdateSchemaWithIdentityHighWaterMarks``); remember whether that is its only change."""
+        base = self.metadata or (self.snapshot.metadata if self.snapshot else None)
+        if not self.identity_high_water_marks or base is None:
+            return
+        moved = with_high_water_marks(base, self.identity_high_water_marks)
+        if self._identity_only is None:
+            self._identity_only = self.metadata is None and moved is not base
+        self.metadata = moved if moved is not base else self.metadata
+
+    def _plan_row_ids(self) -> RowIdAssignment | None:
+        snap = self.snapshot
+        protocol = self.protocol or (snap.protocol if snap else None)
+        metadata = self.metadata or (snap.metadata if snap else None)
+        assert protocol is not None and metadata is not None  # validate_commit checked
+        return plan_row_ids(protocol, metadata, snap.domain_metadata if snap else {},
+                            snap.files if snap else None, self.adds, f"table {self.table.uri}")  # fmt: skip
+
+    def _file_actions(self, version: int) -> tuple[list[AddFile], list[DomainMetadata]]:
+        """The adds and domains of the attempt at ``version``: row ids above the mark as last seen."""
+        if self._row_ids is None:
+            adds, domains = list(self.adds), list(self.domains)
+        else:
+            adds, mark = self._row_ids.actions(self.adds, version)
+            domains = [*self.domains, *([mark] if mark is not None else [])]
+        self._attempts[version] = adds
+        return adds, domains
 
     def isolation_level(self) -> str:
         """The level this commit is checked with (and records in commitInfo), as Delta Spark picks it:

@@ -13,11 +13,14 @@ from typing import Any
 
 from .actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .arguments import bool_arg, json_value_arg, str_arg
+from .clustering import check_commit as check_clustering
 from .errors import InvalidCommitError
+from .identity import check_generated_values
 from .properties import APPEND_ONLY, bool_property
 from .protocol import check_write_supported
 from .replay import check_metadata
 from .row_deletion import check_deletion_vector_actions
+from .row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from .schema import column_mapping_mode, physical_partition_names
 from .snapshot import Snapshot
 from .table_context import TableContext
@@ -109,6 +112,22 @@ def validate_commit(txn: PendingCommit) -> None:
     _check_append_only(txn, metadata.configuration, where)
     _check_partitions(txn, metadata, where)
     _check_constraints(txn, schema, metadata.configuration, where)
+    _check_features(txn, protocol, metadata, where)
+
+
+def _check_features(txn: PendingCommit, protocol: Protocol, metadata: Metadata, where: str) -> None:
+    """Rules of the features that shape a commit: row ids, identity values, clustering."""
+    if any(d.domain == ROW_TRACKING_DOMAIN for d in txn.domains):
+        # "Writers must not allow users to modify ... system-controlled domains": the transaction sets
+        # this one itself, from the ids it assigns.
+        raise InvalidCommitError(f"{where}: the {ROW_TRACKING_DOMAIN} domain is set by the commit itself, "
+                                 "from the row ids it assigns; do not set it")  # fmt: skip
+    if txn.snapshot is not None and not txn.removes and '"delta.identity.' in metadata.schema_string:
+        # Only appends: a commit that rewrites files (removes some) copies values generated before.
+        check_generated_values(txn.adds, txn.snapshot.metadata, metadata, where)
+    domains = dict(txn.snapshot.domain_metadata if txn.snapshot else {})
+    domains.update({d.domain: d for d in txn.domains})
+    check_clustering(protocol, metadata, domains, txn.adds, where)
 
 
 def _check_unique_paths(txn: PendingCommit, where: str) -> None:

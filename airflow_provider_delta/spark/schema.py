@@ -23,6 +23,7 @@ from airflow_provider_delta.log.schema import (
     PARQUET_FIELD_ID,
     delta_type_to_arrow,
 )
+from airflow_provider_delta.log.variant import VARIANT, file_variant, variant_column
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -146,6 +147,8 @@ def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` (Spark's Arrow, logical names) rebuilt by position with ``target``'s names, ids, types."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
+    if target == VARIANT:
+        return file_variant(array)
     if pa.types.is_struct(target):
         children = [to_physical(array.field(i), target.field(i).type) for i in range(target.num_fields)]
         mask = array.is_null() if array.null_count else None
@@ -189,6 +192,8 @@ def resolve_column(array: pa.Array | None, length: int, delta_type: Any, mode: s
         return pa.nulls(length, target)
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
+    if delta_type == "variant":  # the two binaries, put back together if the file shredded them
+        return variant_column(array)
     if isinstance(delta_type, dict) and delta_type["type"] == "struct" and pa.types.is_struct(array.type):
         file_fields = list(array.type)
         children = []

@@ -23,10 +23,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import AddFile, CommitResult, DeltaTable, Transaction
 from airflow_provider_delta.log.creation import initial_actions, required_features
 from airflow_provider_delta.log.errors import InvalidCommitError, TableNotFoundError, UnsupportedFeatureError
+from airflow_provider_delta.log.identity import IdentityColumn, columns_to_generate, high_water_marks
 from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
 from airflow_provider_delta.log.protocol import check_write_supported, writer_features
 from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
@@ -97,7 +99,14 @@ def write(
     if mode == "overwrite" and snap is not None:
         removes = files_to_replace(df.sparkSession, snap, replace_where)
     adds = _write_files(plan, table, storage_options or {})
-    return _commit(table, snap, plan, adds, removes, mode, replace_where, app_id, app_version)
+    generated = columns_to_generate(plan.schema, df.columns, f"table {table_uri}") if snap else []
+    marks = high_water_marks(generated, adds, lambda add: _footer(table, add)) if generated else {}
+    return _commit(table, snap, plan, adds, removes, mode, replace_where, app_id, app_version, marks)
+
+
+def _footer(table: DeltaTable, add: AddFile) -> pq.FileMetaData:
+    with table.store.open_input_file(table.store.table_file(add.path)) as fh:
+        return pq.read_metadata(fh)
 
 
 def _latest(table: DeltaTable) -> Snapshot | None:
@@ -138,6 +147,7 @@ def plan_write(
             f"{snap.partition_columns}"
         )
     targets, merged = enforce(table_schema, df.schema, merge=merge_schema)
+    generated = columns_to_generate(table_schema, targets, where)  # explicit values refused by name
     schema, config, metadata = table_schema, dict(snap.metadata.configuration), None
     if merged is not None:
         if column_mapping_mode(config) != "none":
@@ -147,7 +157,7 @@ def plan_write(
         metadata = dataclasses.replace(
             snap.metadata, schema_string=json.dumps(merged, separators=(",", ":")), configuration=config
         )
-    aligned = _align(df.toDF(*targets), schema, set(targets))
+    aligned = _align(df.toDF(*targets), schema, set(targets), generated)
     return WritePlan(aligned, schema, config, tuple(snap.partition_columns), None, metadata)
 
 
@@ -160,19 +170,24 @@ def _check_features(snap: Snapshot, schema: dict, configuration: dict[str, str])
         )  # fmt: skip
 
 
-def _align(df: DataFrame, schema: dict, present: set[str]) -> DataFrame:
-    """Columns in table order: given ones as they are, generated ones computed, the rest as nulls."""
+def _align(df: DataFrame, schema: dict, present: set[str], identity: list[IdentityColumn]) -> DataFrame:
+    """Columns in table order: given ones as they are, generated and identity ones computed, the rest as
+    nulls."""
     from pyspark.sql import functions as F
 
     from .constraints import quote
 
     spark_types = {f.name: f.dataType for f in spark_schema_of(schema).fields}
     generated = generated_columns(schema)
+    identities = {c.name: c for c in identity}
+    partitions = df.rdd.getNumPartitions() if identity else 0
     columns, missing = [], []
     for field in schema["fields"]:
         name = field["name"]
         if name in present:
             columns.append(F.col(quote(name)))
+        elif name in identities:
+            columns.append(F.expr(identity_values_sql(identities[name], partitions)).alias(name))
         elif name in generated:
             columns.append(F.expr(generated[name]).cast(spark_types[name]).alias(name))
         elif not field.get("nullable", True):
@@ -182,6 +197,19 @@ def _align(df: DataFrame, schema: dict, present: set[str]) -> DataFrame:
     if missing:
         raise SchemaMismatchError(f"non-nullable column(s) {missing} are missing from the DataFrame")
     return df.select(*columns)
+
+
+def identity_values_sql(column: IdentityColumn, partitions: int) -> str:
+    """Identity values as Delta Spark generates them ("Identity Columns"): row ``i`` of partition ``p``
+    of ``P`` gets ``next + step * (p + P * i)``, so partitions interleave and no value repeats. The
+    position in the partition comes from ``monotonically_increasing_id`` (partition id in the upper 31
+    bits). A plan whose partitions turn out more than ``P`` at run time fails rather than repeat values;
+    an overflow fails the job under ANSI arithmetic (Spark's default)."""
+    pid = "CAST(spark_partition_id() AS BIGINT)"
+    index = f"(monotonically_increasing_id() - shiftleft({pid}, 33))"
+    value = f"({column.next_value}L + ({column.step}L * ({pid} + {partitions}L * {index})))"
+    message = f"identity column {column.name}: more partitions than the {partitions} planned"
+    return f"CASE WHEN {pid} >= {partitions} THEN raise_error('{message}') ELSE {value} END"
 
 
 # -- overwrite ----------------------------------------------------------------------------------------
@@ -261,8 +289,10 @@ def _commit(
     replace_where: str | None,
     app_id: str | None,
     app_version: int | None,
+    identity_marks: dict[str, int],
 ) -> CommitResult:
     txn = Transaction(table, snap)
+    txn.set_identity_high_water_marks(identity_marks)
     if plan.protocol is not None:
         txn.update_protocol(plan.protocol)
     if plan.metadata is not None:

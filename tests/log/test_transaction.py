@@ -382,7 +382,7 @@ def test_data_for_tables_with_constraints_needs_the_rows_checked(tmp_path: Path)
 
 
 def test_writing_a_table_with_an_unknown_writer_feature_is_refused(tmp_path: Path, table: DeltaTable):
-    upgrade = Protocol(1, 7, None, ("appendOnly", "rowTracking"))
+    upgrade = Protocol(1, 7, None, ("appendOnly", "icebergCompatV9"))
     with pytest.raises(UnsupportedFeatureError):  # we never upgrade a table to what we cannot write
         table.transaction().update_protocol(upgrade).commit("UPGRADE")
     # another engine upgrades it
@@ -392,7 +392,7 @@ def test_writing_a_table_with_an_unknown_writer_feature_is_refused(tmp_path: Pat
     assert table.snapshot().version == 1
     with pytest.raises(UnsupportedFeatureError) as err:
         table.transaction().add_files([AddFile("p=x/a.parquet", 1, {"p": "x"})]).commit()
-    assert err.value.features == ("rowTracking",)
+    assert err.value.features == ("icebergCompatV9",)
 
 
 def test_paths_outside_the_table_root_are_refused(tmp_path: Path, table: DeltaTable):

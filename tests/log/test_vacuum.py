@@ -372,7 +372,7 @@ def test_a_table_with_vacuum_protocol_check_is_vacuumed(root: Path):
 
 def test_a_table_we_cannot_write_is_not_vacuumed(root: Path):
     t, _ = build_mixed(root)
-    protocol = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["rowTracking"]}
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["icebergCompatV9"]}
     (root / "_delta_log" / f"{t.version() + 1:020d}.json").write_text(
         json.dumps({"protocol": protocol}) + "\n"
     )

@@ -22,8 +22,6 @@ from oracle_compare import (
 )
 from oracle_scenarios import Scenario, seeds
 
-from airflow_provider_delta.log import DeltaTable, UnsupportedFeatureError
-
 
 @pytest.mark.parametrize("seed", seeds(), ids=lambda s: f"seed{s}")
 def test_we_read_what_delta_spark_writes(seed: int, oracle, spark, tmp_path) -> None:
@@ -47,35 +45,3 @@ def test_we_read_what_delta_spark_writes(seed: int, oracle, spark, tmp_path) -> 
     if m.found:
         print("\n".join(scenario.log))
     m.check()
-
-
-def test_an_unsupported_reader_feature_is_refused_by_name(oracle, tmp_path):
-    """VARIANT columns need the variantType reader feature, whose binary encoding our reader does not
-    decode: reading must fail naming the feature, never return wrong values."""
-    from airflow_provider_delta.log.protocol import SUPPORTED_READER_FEATURES
-
-    uri = str(tmp_path / "t")
-    oracle.call("sql", f"CREATE TABLE delta.`{uri}` (k INT, payload VARIANT) USING delta")
-    oracle.call("sql", f"""INSERT INTO delta.`{uri}` SELECT 1, parse_json('{{"a": 1}}')""")
-    unsupported = set(oracle.call("snapshot", uri)["protocol"]["readerFeatures"]) - SUPPORTED_READER_FEATURES
-    assert unsupported
-    with pytest.raises(UnsupportedFeatureError) as err:
-        DeltaTable(uri).snapshot()
-    assert set(err.value.features) == unsupported
-    assert all(f in str(err.value) for f in unsupported)
-
-
-def test_we_read_but_do_not_write_identity_columns(oracle, spark, tmp_path):
-    """identityColumns is a writer feature we do not implement: reads work, writes are refused by name."""
-    from airflow_provider_delta.spark import read, write
-
-    uri = str(tmp_path / "t")
-    oracle.call(
-        "sql", f"CREATE TABLE delta.`{uri}` (id BIGINT GENERATED ALWAYS AS IDENTITY, k INT) USING delta"
-    )
-    oracle.call("sql", f"INSERT INTO delta.`{uri}` (k) VALUES (1), (2)")
-    assert sorted(r["k"] for r in read(spark, uri).collect()) == [1, 2]
-    with pytest.raises(UnsupportedFeatureError, match="identityColumns"):
-        write(spark.createDataFrame([(3,)], "k int"), uri)
-    with pytest.raises(UnsupportedFeatureError, match="identityColumns"):
-        DeltaTable(uri).transaction().commit()
