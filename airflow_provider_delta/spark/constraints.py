@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_provider_delta.log.errors import DeltaError
+from airflow_provider_delta.log.errors import ConstraintViolationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -25,12 +25,7 @@ INVARIANTS = "delta.invariants"
 GENERATION = "delta.generationExpression"
 
 
-class ConstraintViolationError(DeltaError):
-    """Rows of the DataFrame break a table rule; ``violations`` maps each rule's name to its row count."""
-
-    def __init__(self, message: str, violations: dict[str, int]) -> None:
-        super().__init__(message)
-        self.violations = violations
+__all__ = ["ConstraintViolationError", "Rule", "check", "generated_columns", "table_rules"]
 
 
 @dataclass(frozen=True)
