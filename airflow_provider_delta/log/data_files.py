@@ -1,0 +1,114 @@
+"""Writing data files: where they go, what they are called, and the ``add`` each one becomes.
+
+Spec: "Data Files" (Hive-style ``col=value`` folders named as Spark escapes them, unique names),
+"Partition Value Serialization", "Per-file Statistics" (taken from the footer the writer just produced,
+for the columns the table indexes), "Writer Requirements for Column Mapping" (physical names and Parquet
+field ids). The Arrow writer writes through :class:`DataFileWriter`; the Spark layer names its files and
+folders with the same functions, so the two writers lay tables out alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .actions import AddFile
+from .stats import file_stats
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+ROW_GROUP_ROWS = 128 * 1024  # rows buffered into one row group
+# Characters Spark escapes in partition folder names (ExternalCatalogUtils.escapePathName).
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
+
+
+def escape_path_name(text: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
+
+
+def partition_dir(values: dict[str, str | None], physical_names: Sequence[str]) -> str:
+    """``phys1=v1/phys2=v2``, escaped as Spark does; null and empty values as ``HIVE_NULL``."""
+    return "/".join(
+        f"{escape_path_name(physical)}={escape_path_name(values[physical] or HIVE_NULL)}"
+        for physical in physical_names
+    )
+
+
+def data_file_name(task: int) -> str:
+    """``part-<task>-<uuid>.c000.snappy.parquet``, as Spark names the files of a write."""
+    return f"part-{task:05d}-{uuid.uuid4()}.c000.snappy.parquet"
+
+
+class DataFileWriter:
+    """One data file being written: Parquet rows buffered into row groups, then its ``add``.
+
+    :param schema: the file's physical Arrow schema (physical names, field ids under column mapping).
+    :param table: the table's Delta schema, configuration and partition columns, for the statistics.
+    """
+
+    def __init__(
+        self,
+        fs: Any,
+        root: str,
+        rel_path: str,
+        partition_values: dict[str, str | None],
+        schema: pa.Schema,
+        table: tuple[dict, dict[str, str], tuple[str, ...]],
+    ) -> None:
+        self.rel_path, self.partition_values, self.table = rel_path, partition_values, table
+        full = posixpath.join(root, rel_path)
+        protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+        if "file" in protocols or "local" in protocols:  # object stores have no folders to create
+            fs.makedirs(posixpath.dirname(full), exist_ok=True)
+        self.handle = fs.open(full, "wb")
+        self.writer = pq.ParquetWriter(self.handle, schema, compression="snappy")
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+        self.rows = 0
+
+    @property
+    def pending_bytes(self) -> int:
+        return sum(t.nbytes for t in self.pending)
+
+    @property
+    def written_bytes(self) -> int:
+        return self.handle.tell()
+
+    def write(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.pending_rows += table.num_rows
+        self.rows += table.num_rows
+        if self.pending_rows >= ROW_GROUP_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(pa.concat_tables(self.pending), row_group_size=ROW_GROUP_ROWS)
+        self.pending, self.pending_rows = [], 0
+
+    def close(self) -> AddFile:
+        self.flush()
+        self.writer.close()
+        footer = self.writer.writer.metadata
+        size = self.handle.tell()
+        self.handle.close()
+        schema, configuration, partition_columns = self.table
+        return AddFile(
+            path=self.rel_path,
+            size=size,
+            partition_values=dict(self.partition_values),
+            modification_time=int(time.time() * 1000),
+            data_change=True,
+            stats=file_stats(footer, schema, configuration, partition_columns),
+        )
+
+    def abort(self) -> None:
+        for closer in (self.writer.close, self.handle.close):
+            with contextlib.suppress(Exception):  # failing already; the caller deletes the file
+                closer()
