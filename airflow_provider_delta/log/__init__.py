@@ -36,11 +36,13 @@ from .errors import (
 )
 from .history import HistoryEntry
 from .snapshot import Snapshot
-from .table import DeltaTable
+from .table import DeltaTable, read_table, write
 from .transaction import CommitResult, Transaction
 
 __all__ = [
     "AddFile",
+    "read_table",
+    "write",
     "CommitFailedError",
     "CommitOutcomeUnknownError",
     "CommitResult",

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from .last_checkpoint import LastCheckpoint
-    from .transaction import Transaction
+    from .scan import Scan
+    from .transaction import CommitResult, Transaction
     from .vacuum import VacuumReport
 
 
@@ -165,6 +166,34 @@ class DeltaTable:
             self, self.snapshot(), isolation=isolation, allow_unsafe_storage=allow_unsafe_storage
         )
 
+    # -- rows -----------------------------------------------------------------------------------------
+    def scan(
+        self,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        *,
+        version: int | None = None,
+        timestamp: int | float | str | datetime | None = None,
+        **options: Any,
+    ) -> Scan:
+        """The rows of a version (latest by default) as a :class:`~.scan.Scan`: ``to_table()``,
+        ``to_reader()`` (streamed in bounded memory), ``to_batches()``."""
+        from .scan import Scan
+
+        return Scan(self.snapshot(version, timestamp), columns, filter, **options)
+
+    def to_pyarrow_table(
+        self, columns: list[str] | None = None, filter: Any = None, **options: Any
+    ) -> pa.Table:
+        """The rows as one ``pyarrow.Table`` (see :meth:`scan`)."""
+        return self.scan(columns, filter, **options).to_table()
+
+    def write(self, data: Any, **options: Any) -> CommitResult:
+        """Write rows as one commit (see :func:`.write.write_rows`)."""
+        from .write import write_rows
+
+        return write_rows(self, data, **options)
+
     # -- maintenance ------------------------------------------------------------------------------------
     def checkpoint(self, version: int | None = None, parts: int | None = None) -> LastCheckpoint:
         """Write a checkpoint of ``version`` (latest by default); see ``checkpoint.write_checkpoint``."""
@@ -220,3 +249,17 @@ def _has_txn(data: bytes, app_id: str) -> bool:
             if isinstance(body, dict) and body.get("appId") == app_id:
                 return True
     return False
+
+
+def write(
+    uri: str, data: Any, *, storage_options: dict[str, Any] | None = None, **options: Any
+) -> CommitResult:
+    """Write rows (a pyarrow Table or RecordBatchReader, pandas, Polars...) to the table at ``uri`` as one
+    commit, creating it on the first write; see :func:`.write.write_rows` for the options."""
+    return DeltaTable(uri, storage_options).write(data, **options)
+
+
+def read_table(uri: str, columns: list[str] | None = None, filter: Any = None, *,
+               storage_options: dict[str, Any] | None = None, **options: Any) -> pa.Table:  # fmt: skip
+    """The rows of the table at ``uri`` (``version=``/``timestamp=`` for time travel) as a pyarrow Table."""
+    return DeltaTable(uri, storage_options).scan(columns, filter, **options).to_table()
