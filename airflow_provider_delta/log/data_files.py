@@ -24,6 +24,7 @@ from .stats import file_stats
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 128 * 1024  # rows buffered into one row group
+ROW_GROUP_BYTES = 64 * 1024 * 1024  # or this many bytes of Arrow data, whichever comes first
 # Characters Spark escapes in partition folder names (ExternalCatalogUtils.escapePathName).
 _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
 
@@ -60,8 +61,10 @@ class DataFileWriter:
         partition_values: dict[str, str | None],
         schema: pa.Schema,
         table: tuple[dict, dict[str, str], tuple[str, ...]],
+        row_group_bytes: int = ROW_GROUP_BYTES,
     ) -> None:
         self.rel_path, self.partition_values, self.table = rel_path, partition_values, table
+        self.row_group_bytes = row_group_bytes
         full = posixpath.join(root, rel_path)
         protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
         if "file" in protocols or "local" in protocols:  # object stores have no folders to create
@@ -84,7 +87,7 @@ class DataFileWriter:
         self.pending.append(table)
         self.pending_rows += table.num_rows
         self.rows += table.num_rows
-        if self.pending_rows >= ROW_GROUP_ROWS:
+        if self.pending_rows >= ROW_GROUP_ROWS or self.pending_bytes >= self.row_group_bytes:
             self.flush()
 
     def flush(self) -> None:

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import AddFile
-from .data_files import DataFileWriter, data_file_name, partition_dir
+from .data_files import ROW_GROUP_BYTES, ROW_GROUP_ROWS, DataFileWriter, data_file_name, partition_dir
 from .errors import CommitOutcomeUnknownError, TableNotFoundError
 from .evaluate import predicate_mask
 from .partition_values import serialize_partition_value, typed_partition_values
@@ -185,20 +185,30 @@ class _Files:
                 continue
             key = tuple(values.items())
             writer = self.open.get(key)
-            if writer is None:
-                folder = partition_dir(values, [p for _, p, _ in self.partitions])
-                name = data_file_name(self.sequence)
-                self.sequence += 1
-                rel = f"{folder}/{name}" if folder else name
-                self.made.append(rel)
-                writer = self.open[key] = DataFileWriter(self.store.fs, self.store.root, rel, values,
-                                                         self.physical, self.stats_of)  # fmt: skip
             arrays = [to_physical(part.column(c), self.physical.field(i).type)
                       for i, c in enumerate(self.data_columns)]  # fmt: skip
-            writer.write(pa.Table.from_arrays(arrays, schema=self.physical))
-            if writer.written_bytes >= self.target:
-                self.adds.append(self.open.pop(key).close())
+            physical = pa.Table.from_arrays(arrays, schema=self.physical)
+            # Row groups at a time, so that a file closes near its target size however large the batch.
+            for start in range(0, physical.num_rows, ROW_GROUP_ROWS):
+                if writer is None:
+                    writer = self._open(values, key)
+                writer.write(physical.slice(start, ROW_GROUP_ROWS))
+                if writer.written_bytes >= self.target:
+                    self.adds.append(self.open.pop(key).close())
+                    writer = None
         self._bound_memory()
+
+    def _open(self, values: dict[str, str | None], key: tuple) -> DataFileWriter:
+        folder = partition_dir(values, [p for _, p, _ in self.partitions])
+        name = data_file_name(self.sequence)
+        self.sequence += 1
+        rel = f"{folder}/{name}" if folder else name
+        self.made.append(rel)
+        row_group_bytes = min(ROW_GROUP_BYTES, self.target)
+        writer = DataFileWriter(self.store.fs, self.store.root, rel, values, self.physical, self.stats_of,
+                                row_group_bytes)  # fmt: skip
+        self.open[key] = writer
+        return writer
 
     def _groups(self, rows: pa.Table):
         if not self.partitions:

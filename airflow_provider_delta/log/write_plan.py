@@ -194,6 +194,8 @@ def align(batch: pa.RecordBatch, plan: WritePlan) -> pa.Table:
             arrays[name] = pa.nulls(batch.num_rows, target)
     table = pa.table(arrays) if arrays else pa.table({"_": pa.nulls(batch.num_rows)}).drop_columns(["_"])
     for name, expr in plan.generated.items():
+        if name in table.column_names:
+            continue  # given: checked against its expression with the other rules
         field = next(f for f in plan.schema["fields"] if f["name"] == name)
         value = evaluate(expr, table)
         table = table.append_column(name, _to_type(value, logical_type(field["type"]), name, cast_sql=True))
