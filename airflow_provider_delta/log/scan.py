@@ -48,6 +48,7 @@ class Scan:
     :param metadata: ``_metadata`` fields to add as a struct column: ``file_path``, ``row_index``, and on
         row-tracking tables ``row_id`` and ``row_commit_version`` (as Delta Spark's ``_metadata``).
     :param read_ahead: files read concurrently (and held at most) by the streaming outputs.
+    :param files: the ``add`` rows to read instead of the snapshot's live files (change reads).
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class Scan:
         *,
         metadata: Sequence[str] = (),
         read_ahead: int = DEFAULT_READ_AHEAD,
+        files: pa.Table | None = None,
     ) -> None:
         self.snapshot = snapshot
         schema = snapshot.metadata.schema
@@ -91,7 +93,7 @@ class Scan:
             storage_options=dict(snapshot.store.storage_options),
         )  # fmt: skip
         self.read_ahead = max(1, int(read_ahead))
-        self.files = self._plan()
+        self.files = self._plan(snapshot.files if files is None else files)
 
     @property
     def schema(self) -> pa.Schema:
@@ -100,10 +102,10 @@ class Scan:
 
     @property
     def num_files_skipped(self) -> int:
-        return self.snapshot.num_files - self.files.num_rows
+        return self.candidates - self.files.num_rows
 
-    def _plan(self) -> pa.Table:
-        files = self.snapshot.files
+    def _plan(self, files: pa.Table) -> pa.Table:
+        self.candidates = files.num_rows
         if self.filter is None or files.num_rows == 0 or isinstance(self.filter, Opaque):
             return files
         md = self.snapshot.metadata
