@@ -75,7 +75,7 @@ def plan_write(
                      replace_where)  # fmt: skip
     where = f"table {snap.store.uri}"
     config = dict(snap.metadata.configuration)
-    asked = _asked_features(configuration, where)
+    asked = _asked_features(configuration, config, where)
     check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
                           where=where)  # fmt: skip
     if overwrite and bool_property(config, APPEND_ONLY):
@@ -118,11 +118,14 @@ def _check_partitions(schema: dict, partitions: list[str]) -> None:
         raise SchemaMismatchError(f"partition column(s) {missing} are not in the new schema")
 
 
-def _asked_features(configuration: dict[str, str] | None, where: str) -> set[str]:
+def _asked_features(configuration: dict[str, str] | None, table: dict[str, str], where: str) -> set[str]:
     """Features a write to an existing table asks for (``delta.feature.<name>: supported``); other
-    properties only apply when the write creates the table, as in the Spark writer."""
+    properties only apply when the write creates the table (a task that passes them on every run may
+    repeat the table's own values)."""
     asked = set()
     for key, value in (configuration or {}).items():
+        if table.get(key) == str(value):
+            continue
         if not key.startswith(FEATURE_PREFIX) or str(value).lower() not in ("supported", "enabled"):
             raise ValueError(
                 f"configuration {key}={value!r}: only delta.feature.<name>=supported may be given when "
