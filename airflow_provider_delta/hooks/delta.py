@@ -157,7 +157,7 @@ class DeltaHook(BaseHook):
 
     def write_rows(self, uri: str, data: Any, **options: Any) -> CommitResult:
         """Write rows (pyarrow, pandas, Polars...) as one commit; ``app_id``/``app_version`` make it
-        exactly-once. See ``airflow_provider_delta.log.write.write_rows`` for the options."""
+        exactly-once. See ``airflow_provider_delta.log.write_rows.write_rows`` for the options."""
         return self.get_table(uri).write(rows_of(data), **options)
 
     def tables(self) -> list[str]:

@@ -189,8 +189,8 @@ class DeltaTable:
         return self.scan(columns, filter, **options).to_table()
 
     def write(self, data: Any, **options: Any) -> CommitResult:
-        """Write rows as one commit (see :func:`.write.write_rows`)."""
-        from .write import write_rows
+        """Write rows as one commit (see :func:`.write_rows.write_rows`)."""
+        from .write_rows import write_rows
 
         return write_rows(self, data, **options)
 
@@ -255,7 +255,7 @@ def write(
     uri: str, data: Any, *, storage_options: dict[str, Any] | None = None, **options: Any
 ) -> CommitResult:
     """Write rows (a pyarrow Table or RecordBatchReader, pandas, Polars...) to the table at ``uri`` as one
-    commit, creating it on the first write; see :func:`.write.write_rows` for the options."""
+    commit, creating it on the first write; see :func:`.write_rows.write_rows` for the options."""
     return DeltaTable(uri, storage_options).write(data, **options)
 
 

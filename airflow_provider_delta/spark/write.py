@@ -31,7 +31,7 @@ from airflow_provider_delta.log.errors import InvalidCommitError, TableNotFoundE
 from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
 from airflow_provider_delta.log.protocol import check_write_supported, writer_features
 from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
-from airflow_provider_delta.log.write import commit_write
+from airflow_provider_delta.log.write_rows import commit_write
 
 from .constraints import Rule, check, generated_columns, table_rules
 from .data_files import ADD_ROW, WriteSpec, write_files
@@ -276,6 +276,6 @@ def _commit(
     app_id: str | None,
     app_version: int | None,
 ) -> CommitResult:
-    """The core's commit of a write (``log.write.commit_write``), the Arrow writer's too."""
+    """The core's commit of a write (``log.write_rows.commit_write``), the Arrow writer's too."""
     return commit_write(table, snap, plan, adds, removes, mode=mode, replace_where=replace_where,
                         app_id=app_id, app_version=app_version)  # fmt: skip
