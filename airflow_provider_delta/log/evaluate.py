@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from .errors import DeltaError
 from .expressions import COMPARISONS, Call, Column, ColumnNotFoundError, Expr, Literal, Opaque
+from .partition_values import parse_timestamp
 from .schema import delta_type_to_arrow
 from .sql_parser import UnsupportedExpressionError
 
@@ -207,6 +208,12 @@ def cast(value: Value, delta_type: str | None, *, target: pa.DataType | None = N
     if pa.types.is_string(source) and (pa.types.is_integer(target) or pa.types.is_floating(target) or
                                        pa.types.is_decimal(target)):  # fmt: skip
         value = pc.utf8_trim_whitespace(value)
+    if pa.types.is_string(source) and pa.types.is_timestamp(target):
+        # Text without an offset is wall-clock time in the session time zone, taken to be UTC.
+        if isinstance(value, pa.Scalar):
+            text = value.as_py()
+            return pa.scalar(None if text is None else parse_timestamp(text, ntz=target.tz is None), target)
+        return pc.cast(pc.cast(value, pa.timestamp("us")), target)
     try:
         return pc.cast(value, target)
     except pa.ArrowNotImplementedError as exc:
