@@ -20,6 +20,7 @@ turns into ``to_json(struct(*))``, the form ``server.rows`` gives Delta Spark's 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
 import uuid
 from decimal import Decimal
@@ -28,6 +29,7 @@ from typing import Any
 
 import deltalake
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from oracle_client import OracleError
@@ -100,7 +102,11 @@ def _compare(m: Mismatches, where: str, theirs: pa.Table | list | None, ours) ->
         )
 
 
-@pytest.mark.parametrize("seed", seeds(), ids=lambda s: f"seed{s}")
+# Profiles 0 and 1 hold every reader feature (see the module docstring); DELTA_ORACLE_SEEDS runs others.
+SEEDS = seeds() if os.environ.get("DELTA_ORACLE_SEEDS") else [0, 1]
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
 def test_our_scan_reads_every_version_delta_spark_writes(seed: int, oracle, tmp_path: Path) -> None:
     scenario = Scenario(seed, str(tmp_path / "table"))
     m = Mismatches(f"{scenario} (Arrow scan)")
@@ -121,9 +127,11 @@ def test_our_scan_reads_every_version_delta_spark_writes(seed: int, oracle, tmp_
     # to every version still readable at the end.
     for step, op, _ in scenario.steps(oracle):
         compare(scenario.version, f"step {step} ({op})")
-    for v in range(scenario.floor, scenario.version + 1):
-        if v >= scenario.vacuumed:
-            compare(v, "time travel")
+    readable = [v for v in range(max(scenario.floor, scenario.vacuumed), scenario.version + 1)]
+    for v in [v for v in readable if v not in compared] + scenario.rng.sample(
+        readable, min(2, len(readable))
+    ):
+        compare(v, "time travel")
     versions = len(compared)
     part = scenario._col("part")
     if scenario.shape.partitioned and part is not None:
@@ -186,7 +194,8 @@ def test_delta_spark_and_delta_rs_read_what_we_write_and_delta_spark_goes_on(lay
     if layout == "partitioned":
         # Two partition columns: strings Spark escapes in folder names, dates, nulls.
         write(uri, data, partition_by=["s", "d"])
-        write(uri, data.slice(0, 5), mode="overwrite", replace_where="s = 'a' OR s IS NULL")
+        replacing = data.filter(pc.fill_null(pc.equal(data["s"], "a"), True)).slice(0, 5)
+        write(uri, replacing, mode="overwrite", replace_where="s = 'a' OR s IS NULL")
     else:
         write(
             uri,
@@ -215,7 +224,7 @@ def test_delta_spark_and_delta_rs_read_what_we_write_and_delta_spark_goes_on(lay
     m.check()
 
 
-@pytest.mark.parametrize("seed", [11, 12])
+@pytest.mark.parametrize("seed", [11])
 def test_our_arrow_writer_rejects_exactly_what_delta_spark_rejects(seed, oracle, tmp_path):
     rng = random.Random(seed)
     print(f"seed {seed}")
