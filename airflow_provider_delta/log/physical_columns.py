@@ -102,6 +102,8 @@ def _is_list(t: pa.DataType) -> bool:
 # -- logical -> physical (write) -----------------------------------------------------------------------
 def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` (logical names) rebuilt by position with ``target``'s names, ids and types."""
+    if array.type == target:
+        return array
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if pa.types.is_struct(target):

@@ -22,8 +22,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,6 +52,7 @@ MODES = ("append", "overwrite")
 SCHEMA_MODES = (None, "merge", "overwrite")
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 _PENDING_LIMIT = 64 * 1024 * 1024  # buffered rows across open files before the largest is flushed
+_WRITE_THREADS = max(2, min(8, 2 * (os.cpu_count() or 1)))  # files encoded at once
 
 
 def as_reader(data: Any) -> pa.RecordBatchReader:
@@ -176,70 +182,105 @@ class _Files:
         self.adds: list[AddFile] = []
         self.made: list[str] = []
         self.sequence = 0
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=_WRITE_THREADS, thread_name_prefix="delta-write")
 
     def write(self, batch: pa.RecordBatch) -> None:
         rows = align(batch, self.plan)
         check_rows(rows, self.plan.rules)
+        jobs = []
         for values, part in self._groups(rows):
-            if part.num_rows == 0:
-                continue
-            key = tuple(values.items())
-            writer = self.open.get(key)
-            arrays = [to_physical(part.column(c), self.physical.field(i).type)
-                      for i, c in enumerate(self.data_columns)]  # fmt: skip
-            physical = pa.Table.from_arrays(arrays, schema=self.physical)
-            # Row groups at a time, so that a file closes near its target size however large the batch.
-            for start in range(0, physical.num_rows, ROW_GROUP_ROWS):
-                if writer is None:
-                    writer = self._open(values, key)
-                writer.write(physical.slice(start, ROW_GROUP_ROWS))
-                if writer.written_bytes >= self.target:
-                    self.adds.append(self.open.pop(key).close())
-                    writer = None
+            if part.num_rows:
+                arrays = [to_physical(part.column(c), self.physical.field(i).type)
+                          for i, c in enumerate(self.data_columns)]  # fmt: skip
+                jobs.append((values, pa.Table.from_arrays(arrays, schema=self.physical)))
+        # Each partition's rows go to a file of their own: encoding them runs in parallel (pyarrow's Parquet
+        # writer releases the GIL). All jobs end before an error is raised, so none writes after a delete.
+        futures = [self.pool.submit(self._append, values, table) for values, table in jobs]
+        wait(futures)
+        for future in futures:
+            future.result()
         self._bound_memory()
+
+    def _append(self, values: dict[str, str | None], physical: pa.Table) -> None:
+        key = tuple(values.items())
+        with self.lock:
+            writer = self.open.get(key)
+        # Row groups at a time, so that a file closes near its target size however large the batch.
+        for start in range(0, physical.num_rows, ROW_GROUP_ROWS):
+            if writer is None:
+                writer = self._open(values, key)
+            writer.write(physical.slice(start, ROW_GROUP_ROWS))
+            if writer.written_bytes >= self.target:
+                add = writer.close()
+                with self.lock:
+                    del self.open[key]
+                    self.adds.append(add)
+                writer = None
 
     def _open(self, values: dict[str, str | None], key: tuple) -> DataFileWriter:
         folder = partition_dir(values, [p for _, p, _ in self.partitions])
-        name = data_file_name(self.sequence)
-        self.sequence += 1
-        rel = f"{folder}/{name}" if folder else name
-        self.made.append(rel)
+        with self.lock:
+            name = data_file_name(self.sequence)
+            self.sequence += 1
+            rel = f"{folder}/{name}" if folder else name
+            self.made.append(rel)
         row_group_bytes = min(ROW_GROUP_BYTES, self.target)
         writer = DataFileWriter(self.store.fs, self.store.root, rel, values, self.physical, self.stats_of,
                                 row_group_bytes)  # fmt: skip
-        self.open[key] = writer
+        with self.lock:
+            self.open[key] = writer
         return writer
 
-    def _groups(self, rows: pa.Table):
+    def _groups(self, rows: pa.Table) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
+        """The rows of each partition value: one code per row from the partition columns' dictionary
+        indexes, rows reordered by code only when they are not in order already, then contiguous slices."""
         if not self.partitions:
             yield {}, rows
             return
         names = [logical for logical, _, _ in self.partitions]
-        keys = rows.select(names)
-        if keys.num_rows and all(pc.count_distinct(keys.column(n), mode="all").as_py() == 1 for n in names):
-            groups = [(keys.slice(0, 1).to_pylist()[0], rows)]
-        else:
-            indexed = keys.append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
-            grouped = indexed.group_by(names, use_threads=False).aggregate([("__row", "list")])
-            groups = [(key, rows.take(grouped.column("__row_list")[i].values))
-                      for i, key in enumerate(grouped.select(names).to_pylist())]  # fmt: skip
-        for key, part in groups:
+        codes, stride = np.zeros(rows.num_rows, np.int64), 1
+        for name in reversed(names):
+            encoded = pc.dictionary_encode(rows.column(name).combine_chunks(), null_encoding="encode")
+            codes += encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64) * stride
+            stride *= max(1, len(encoded.dictionary))
+        if len(codes) > 1 and not (codes[1:] >= codes[:-1]).all():
+            order = np.argsort(codes, kind="stable")
+            codes, rows = codes[order], rows.take(pa.array(order))
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.empty(0, int)
+        ends = np.r_[starts[1:], len(codes)]
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            part = rows.slice(start, end - start)
+            key = part.select(names).slice(0, 1).to_pylist()[0]
             yield {physical: serialize_partition_value(key[logical], delta_type)
                    for logical, physical, delta_type in self.partitions}, part  # fmt: skip
 
     def _bound_memory(self) -> None:
-        """Many partitions each buffering a row group could hold the data: flush the largest buffers."""
-        while sum(w.pending_bytes for w in self.open.values()) > _PENDING_LIMIT:
-            max(self.open.values(), key=lambda w: w.pending_bytes).flush()
+        """Many partitions each buffering a row group could hold the data: flush the largest buffers
+        (in parallel) until what stays buffered is under the limit."""
+        writers = sorted(self.open.values(), key=lambda w: w.pending_bytes, reverse=True)
+        excess = sum(w.pending_bytes for w in writers) - _PENDING_LIMIT
+        chosen = []
+        for writer in writers:
+            if excess <= 0:
+                break
+            chosen.append(writer)
+            excess -= writer.pending_bytes
+        futures = [self.pool.submit(w.flush) for w in chosen]
+        wait(futures)
+        for future in futures:
+            future.result()
 
     def close(self) -> list[AddFile]:
-        while self.open:
-            _, writer = self.open.popitem()
-            self.adds.append(writer.close())
+        futures = [self.pool.submit(writer.close) for writer in self.open.values()]
+        self.open.clear()
+        self.adds.extend(f.result() for f in futures)
+        self.pool.shutdown()
         return self.adds
 
     def delete(self) -> None:
         """Remove every file this write made (open ones aborted first); nothing of it stays behind."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
         for writer in self.open.values():
             writer.abort()
         self.open.clear()
