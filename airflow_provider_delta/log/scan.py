@@ -31,6 +31,7 @@ from .schema import column_mapping_mode, physical_name
 from .skipping import FileStatistics, files_matching
 from .sql_parser import parse
 from .stats import typed_file_stats
+from .struct_stats import checkpoint_stats
 
 if TYPE_CHECKING:
     from .snapshot import Snapshot
@@ -112,7 +113,9 @@ class Scan:
         mode = column_mapping_mode(md.configuration)
         physical = {f["name"].lower(): physical_name(f, mode) for f in md.schema["fields"]}
         stats = typed_file_stats(md, files) if "stats" in files.column_names else None
-        facts = FileStatistics(files.num_rows, typed_partition_values(md, files), stats, physical)
+        live = stats is not None and files is self.snapshot.files  # change reads have no checkpoint rows
+        parsed = checkpoint_stats(self.snapshot, files) if live else None
+        facts = FileStatistics(files.num_rows, typed_partition_values(md, files), stats, physical, parsed)
         return files.filter(files_matching(self.filter, facts))
 
     def tasks(self) -> list[FileTask]:

@@ -39,18 +39,30 @@ class FileStatistics:
     """
 
     def __init__(self, num_files: int, partition_values: pa.Table, stats: pa.StructArray | None,
-                 physical: dict[str, str]) -> None:  # fmt: skip
+                 physical: dict[str, str], struct_stats: pa.StructArray | None = None) -> None:  # fmt: skip
         self.num_files = num_files
         self.partition_values = partition_values
         self.partitions = {name.lower(): name for name in partition_values.column_names}
         self.stats = stats
+        self.struct_stats = struct_stats  # a checkpoint's stats_parsed, for files without JSON stats
         self.physical = physical
 
     def stat(self, kind: str, path: tuple[str, ...]) -> pa.Array | None:
-        if self.stats is None or self.stats.type.get_field_index(kind) < 0:
+        """A statistic of every file: from the JSON stats, else from the checkpoint's struct stats."""
+        json_value = self._stat(self.stats, kind, path)
+        struct_value = self._stat(self.struct_stats, kind, path)
+        if struct_value is None or json_value is None:
+            return json_value if struct_value is None else struct_value
+        try:
+            return pc.coalesce(json_value, struct_value.cast(json_value.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return json_value
+
+    def _stat(self, stats: pa.StructArray | None, kind: str, path: tuple[str, ...]) -> pa.Array | None:
+        if stats is None or stats.type.get_field_index(kind) < 0:
             return None
-        value = self.stats.field(kind)
-        names = [self.physical.get(path[0].lower(), path[0]), *path[1:]]
+        value = stats.field(kind)
+        names = [self.physical.get(path[0].lower(), path[0]), *path[1:]] if path else []
         for name in names:
             if not pa.types.is_struct(value.type):
                 return None
@@ -173,6 +185,6 @@ def _trusted(low: pa.Array | None, high: pa.Array | None, kind: pa.DataType) -> 
 
 def _all_null(path: tuple[str, ...], files: FileStatistics) -> pa.Array | None:
     nulls = files.stat("nullCount", path)
-    if nulls is None or files.stats is None:
+    if nulls is None:
         return None
     return pc.fill_null(pc.equal(nulls, _num_records(files)), False)

@@ -81,3 +81,23 @@ def test_golden_expected_rows(table: GoldenTable, tmp_path) -> None:
             assert ours.sort_by(keys).equals(theirs.sort_by(keys)), where
             continue
         assert _rows(got, columns) == _rows(expected, columns), where
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["delta-rs/delta-1.2.1-only-struct-stats", "delta-kernel-rs/v1-multi-part-partitioned-struct-stats-only",
+     "delta-kernel-rs/v2-classic-parquet-struct-stats-only"],
+)  # fmt: skip
+def test_struct_stats_of_checkpoints_skip_files(name: str) -> None:
+    """Checkpoints with ``stats_parsed`` and no JSON ``stats``: files are still skipped by statistics,
+    and the rows read are those a full read filters to."""
+    from golden import GOLDEN_DIR
+
+    handle = DeltaTable(str(GOLDEN_DIR / name / "delta"))
+    column = "integer" if "1.2.1" in name else "id"
+    everything = handle.to_pyarrow_table()
+    assert handle.snapshot().files.column("stats").null_count > 0  # some files have only struct stats
+    first = min(everything[column].to_pylist())
+    scan = handle.scan(filter=f"{column} = {first}")
+    assert scan.num_files_skipped > 0
+    assert scan.to_table()[column].to_pylist() == [first]
