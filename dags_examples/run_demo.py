@@ -63,6 +63,13 @@ def main() -> None:
     for day in DAYS:
         run(downstream, day, table)
     run(maintenance, DAYS[-1], table)
+    orders = f"{os.environ['DELTA_EXAMPLE_ROOT'].rstrip('/')}/orders"
+    say("delta_rows: fetch a payload -> write rows exactly once (no Spark) -> check the day (filtered read)")
+    rows = bag.get_dag("delta_rows")
+    for day in DAYS:
+        run(rows, day, orders)
+    say("delta_rows again for a day already written, as a retry or a clear would: nothing is written")
+    run(rows, DAYS[0], orders)
     spark_table = f"{os.environ['DELTA_EXAMPLE_ROOT'].rstrip('/')}/spark_events"
     say("delta_spark_pipeline: ingest on local Spark -> deferred sensor -> checkpoint + vacuum")
     for day in DAYS[:2]:

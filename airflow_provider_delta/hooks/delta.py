@@ -14,7 +14,7 @@ the form's Test button calls :meth:`DeltaHook.test_connection`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
@@ -22,6 +22,11 @@ from airflow.sdk.log import mask_secret
 
 from airflow_provider_delta.extras import require_for_uri
 from airflow_provider_delta.log import DeltaTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from airflow_provider_delta.log import CommitResult
 
 # Per scheme, the storage options a ``delta`` connection may set, and which of them are secrets.
 ALLOWED_OPTIONS: dict[str, frozenset[str]] = {
@@ -119,6 +124,42 @@ class DeltaHook(BaseHook):
 
         return DeltaTable(uri, filesystem=get_fs(urlsplit(uri).scheme or "file", conn_id=self.delta_conn_id))
 
+    # -- rows (the core's Arrow scan and writer) ---------------------------------------------------------
+    def read_rows(
+        self,
+        uri: str,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        *,
+        version: int | None = None,
+        timestamp: Any = None,
+    ) -> pa.Table:
+        """The table's rows (at ``version``/``timestamp``; latest by default) as a ``pyarrow.Table``;
+        ``filter``: SQL text, DNF tuples or a ``pyarrow.compute.Expression`` (files skipped by partition
+        values and statistics first)."""
+        return self.get_table(uri).scan(columns, filter, version=version, timestamp=timestamp).to_table()
+
+    def read_version_range(
+        self,
+        uri: str,
+        start_version: int,
+        end_version: int | None = None,
+        columns: list[str] | None = None,
+        filter: Any = None,
+    ) -> pa.Table:
+        """The rows the commits ``start_version``..``end_version`` appended (``log.changes``): the input
+        of an incremental task. A range that deleted or rewrote rows raises ``RowsChangedError``."""
+        from airflow_provider_delta.log.changes import scan_versions
+
+        table = self.get_table(uri)
+        snap = table.snapshot(end_version)
+        return scan_versions(snap, start_version, end_version, columns=columns, filter=filter).to_table()
+
+    def write_rows(self, uri: str, data: Any, **options: Any) -> CommitResult:
+        """Write rows (pyarrow, pandas, Polars...) as one commit; ``app_id``/``app_version`` make it
+        exactly-once. See ``airflow_provider_delta.log.write_rows.write_rows`` for the options."""
+        return self.get_table(uri).write(rows_of(data), **options)
+
     def tables(self) -> list[str]:
         """The table URIs the connection names in its ``tables`` field (for the Delta view and the Test
         button): comma- or newline-separated, or a JSON list."""
@@ -151,6 +192,18 @@ class DeltaHook(BaseHook):
             f"the connection's fields are valid for {', '.join(f'{s}://' for s in schemes)} tables; name "
             "tables in its 'Tables' field to test reading them"
         )
+
+
+def rows_of(data: Any) -> Any:
+    """XCom-shaped rows (a list of dicts, or a dict of columns) as a pyarrow Table; anything else (pyarrow,
+    pandas, Polars, an Arrow C stream) is passed to the writer as it is."""
+    import pyarrow as pa
+
+    if isinstance(data, list):
+        return pa.Table.from_pylist(data)
+    if isinstance(data, dict):
+        return pa.table(data)
+    return data
 
 
 def extra_field(conn: Any, name: str) -> Any:

@@ -31,12 +31,14 @@ from .errors import (
 )
 from .history import HistoryEntry
 from .snapshot import Snapshot
-from .table import DeltaTable
+from .table import DeltaTable, read_table, write
 from .transaction import CommitResult, Transaction
 
 __all__ = [
     "AddFile",
     "add_file_from_parquet",
+    "read_table",
+    "write",
     "CommitFailedError",
     "CommitOutcomeUnknownError",
     "CommitResult",

@@ -179,3 +179,21 @@ class CommitOutcomeUnknownError(DeltaError):
 
 class RetentionTooShortError(DeltaError):
     """VACUUM was asked for a retention shorter than the table's ``delta.deletedFileRetentionDuration``."""
+
+
+class SchemaMismatchError(DeltaError):
+    """Data to write does not fit the table's schema; the message names each offending column and both
+    types (or says which column is missing or unknown). Nothing was written."""
+
+
+class ConstraintViolationError(DeltaError):
+    """Rows to write break a table rule (NOT NULL, an invariant, a CHECK constraint, a generated column,
+    ``replaceWhere``); nothing was written. ``violations`` maps each broken rule's name to its row count,
+    ``example`` holds one offending row per rule (when the writer could show one)."""
+
+    def __init__(
+        self, message: str, violations: dict[str, int], example: dict[str, dict] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.violations = violations
+        self.example = example or {}

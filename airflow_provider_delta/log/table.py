@@ -26,11 +26,13 @@ from .data_files import add_file_from_parquet
 from .history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
 from .last_checkpoint import LastCheckpoint
 from .properties import ict_enablement_version
+from .scan import Scan
 from .snapshot import Snapshot
 from .storage import LogStore
 from .table_context import TableContext
-from .transaction import Transaction
+from .transaction import CommitResult, Transaction
 from .vacuum import VacuumReport, vacuum
+from .write_rows import write_rows
 
 
 class DeltaTable(TableContext):
@@ -145,6 +147,30 @@ class DeltaTable(TableContext):
         data_change = bool_arg(data_change, "data_change")
         return add_file_from_parquet(self, path, values, data_change=data_change, tags=tags)
 
+    # -- rows -----------------------------------------------------------------------------------------
+    def scan(
+        self,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        *,
+        version: int | None = None,
+        timestamp: int | float | str | datetime | None = None,
+        **options: Any,
+    ) -> Scan:
+        """The rows of a version (latest by default) as a :class:`~.scan.Scan`: ``to_table()``,
+        ``to_reader()`` (streamed in bounded memory), ``to_batches()``."""
+        return Scan(self.snapshot(version, timestamp), columns, filter, **options)
+
+    def to_pyarrow_table(
+        self, columns: list[str] | None = None, filter: Any = None, **options: Any
+    ) -> pa.Table:
+        """The rows as one ``pyarrow.Table`` (see :meth:`scan`)."""
+        return self.scan(columns, filter, **options).to_table()
+
+    def write(self, data: Any, **options: Any) -> CommitResult:
+        """Write rows as one commit (see :func:`.write_rows.write_rows`)."""
+        return write_rows(self, data, **options)
+
     # -- maintenance ------------------------------------------------------------------------------------
     def checkpoint(self, version: int | None = None, parts: int | None = None) -> LastCheckpoint:
         """Write a checkpoint of ``version`` (latest by default); see ``checkpoint.write_checkpoint``."""
@@ -163,3 +189,17 @@ class DeltaTable(TableContext):
     def cleanup_expired_logs(self, **options: Any) -> list[str]:
         """Delete log files older than ``delta.logRetentionDuration`` that no retained version needs."""
         return cleanup_expired_logs(self, **options)
+
+
+def write(
+    uri: str, data: Any, *, storage_options: dict[str, Any] | None = None, **options: Any
+) -> CommitResult:
+    """Write rows (a pyarrow Table or RecordBatchReader, pandas, Polars...) to the table at ``uri`` as one
+    commit, creating it on the first write; see :func:`.write_rows.write_rows` for the options."""
+    return DeltaTable(uri, storage_options).write(data, **options)
+
+
+def read_table(uri: str, columns: list[str] | None = None, filter: Any = None, *,
+               storage_options: dict[str, Any] | None = None, **options: Any) -> pa.Table:  # fmt: skip
+    """The rows of the table at ``uri`` (``version=``/``timestamp=`` for time travel) as a pyarrow Table."""
+    return DeltaTable(uri, storage_options).scan(columns, filter, **options).to_table()

@@ -1,5 +1,7 @@
 """Row-level rules a writer must enforce before committing, evaluated with Spark SQL on the DataFrame.
 
+The rules themselves are the core's (``log.table_rules``), which the Arrow writer evaluates too.
+
 Spec: "Column Invariants" (``delta.invariants`` column metadata: abort if an invariant is false or null),
 "Generated Columns" (``delta.generationExpression``: every written value must equal its expression,
 ``(col <=> expr) IS TRUE``), CHECK constraints (``delta.constraints.<name>`` table properties, false or
@@ -10,92 +12,26 @@ nothing is written and nothing is committed.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_provider_delta.log.errors import DeltaError
+from airflow_provider_delta.log.errors import ConstraintViolationError
+from airflow_provider_delta.log.table_rules import (
+    CHECK_PREFIX,
+    GENERATION,
+    INVARIANTS,
+    Rule,
+    generated_columns,
+    quote,
+    table_rules,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-CHECK_PREFIX = "delta.constraints."
-INVARIANTS = "delta.invariants"
-GENERATION = "delta.generationExpression"
-
-
-class ConstraintViolationError(DeltaError):
-    """Rows of the DataFrame break a table rule; ``violations`` maps each rule's name to its row count."""
-
-    def __init__(self, message: str, violations: dict[str, int]) -> None:
-        super().__init__(message)
-        self.violations = violations
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A named rule and the SQL condition that is true for rows that break it."""
-
-    name: str
-    description: str
-    violated_when: str
-
-
-def quote(name: str) -> str:
-    """A column name as a Spark SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _column_path(path: tuple[str, ...]) -> str:
-    return ".".join(quote(p) for p in path)
-
-
-def _fields(fields: list[dict], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict]]:
-    """Every field with its path, descending into structs (not into arrays or maps)."""
-    for f in fields:
-        path = (*prefix, f["name"])
-        yield path, f
-        t = f["type"]
-        if isinstance(t, dict) and t["type"] == "struct":
-            yield from _fields(t["fields"], path)
-
-
-def table_rules(schema: dict, configuration: dict[str, str]) -> list[Rule]:
-    """The rules of a table: NOT NULL columns, invariants, generated columns, CHECK constraints."""
-    rules = []
-    for path, f in _fields(schema["fields"]):
-        col = _column_path(path)
-        md = f.get("metadata") or {}
-        if len(path) == 1 and not f.get("nullable", True):
-            rules.append(Rule(f"NOT NULL {path[0]}", f"{col} IS NOT NULL", f"{col} IS NULL"))
-        if INVARIANTS in md:
-            raw = md[INVARIANTS]
-            expr = (json.loads(raw) if isinstance(raw, str) else raw)["expression"]["expression"]
-            rules.append(Rule(f"invariant on {'.'.join(path)}", expr, f"NOT coalesce(({expr}), false)"))
-        if GENERATION in md:
-            expr = md[GENERATION]
-            rules.append(
-                Rule(
-                    f"generated column {'.'.join(path)}",
-                    f"{col} <=> ({expr})",
-                    f"NOT (({col} <=> ({expr})) IS TRUE)",
-                )  # fmt: skip
-            )
-    for key, expr in sorted(configuration.items()):
-        if key.startswith(CHECK_PREFIX):
-            name = key[len(CHECK_PREFIX) :]
-            rules.append(Rule(f"CHECK constraint {name}", expr, f"NOT coalesce(({expr}), false)"))
-    return rules
-
-
-def generated_columns(schema: dict) -> dict[str, str]:
-    """Top-level generated columns: name -> generation expression."""
-    return {
-        f["name"]: f["metadata"][GENERATION]
-        for f in schema["fields"]
-        if GENERATION in (f.get("metadata") or {})
-    }
+__all__ = [
+    "CHECK_PREFIX", "GENERATION", "INVARIANTS", "ConstraintViolationError", "Rule", "check",
+    "generated_columns", "quote", "table_rules",
+]  # fmt: skip
 
 
 def check(df: DataFrame, rules: list[Rule]) -> None:

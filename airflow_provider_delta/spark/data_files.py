@@ -20,6 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.log.actions import Metadata, Protocol
+from airflow_provider_delta.log.data_files import HIVE_NULL, ROW_GROUP_ROWS, escape_path_name
+from airflow_provider_delta.log.data_files import partition_dir as _partition_dir
 from airflow_provider_delta.log.partition_values import serialize_partition_value
 from airflow_provider_delta.log.stats import file_stats
 
@@ -28,10 +30,8 @@ from .schema import to_physical
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-ROW_GROUP_ROWS = 128 * 1024  # buffer Spark's small Arrow batches into row groups of this many rows
-# Characters Spark escapes in partition folder names (ExternalCatalogUtils.escapePathName).
-_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
+__all__ = ["ADD_ROW", "HIVE_NULL", "ROW_GROUP_ROWS", "WritePlan", "WriteSpec", "escape_path_name",
+           "partition_dir", "write_files"]  # fmt: skip
 
 ADD_ROW = pa.schema(
     [
@@ -73,16 +73,9 @@ class WriteSpec:
     )  # credentials: never in a repr or a log
 
 
-def escape_path_name(text: str) -> str:
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
-
-
 def partition_dir(values: dict[str, str | None], spec: WriteSpec) -> str:
-    """``phys1=v1/phys2=v2``, escaped as Spark does; null and empty values as ``HIVE_NULL``."""
-    return "/".join(
-        f"{escape_path_name(physical)}={escape_path_name(values[physical] or HIVE_NULL)}"
-        for _, physical, _ in spec.partitions
-    )
+    """``phys1=v1/phys2=v2``, escaped as Spark does (``log.data_files``, the Arrow writer's layout too)."""
+    return _partition_dir(values, [physical for _, physical, _ in spec.partitions])
 
 
 class _OpenFile:

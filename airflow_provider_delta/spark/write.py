@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_delta.log import AddFile, CommitResult, DeltaTable, Transaction
+from airflow_provider_delta.log import AddFile, CommitResult, DeltaTable
 from airflow_provider_delta.log.creation import initial_actions, required_features
 from airflow_provider_delta.log.errors import InvalidCommitError, TableNotFoundError, UnsupportedFeatureError
 from airflow_provider_delta.log.identity import IdentityColumn, columns_to_generate, high_water_marks
 from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
 from airflow_provider_delta.log.protocol import check_write_supported, writer_features
 from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
+from airflow_provider_delta.log.write_rows import commit_write
 
 from .constraints import Rule, check, generated_columns, table_rules
 from .data_files import ADD_ROW, WritePlan, WriteSpec, write_files
@@ -291,34 +292,6 @@ def _commit(
     app_version: int | None,
     identity_marks: dict[str, int],
 ) -> CommitResult:
-    txn = Transaction(table, snap)
-    txn.set_identity_high_water_marks(identity_marks)
-    if plan.protocol is not None:
-        txn.update_protocol(plan.protocol)
-    if plan.metadata is not None:
-        txn.update_metadata(plan.metadata)
-    txn.add_files(adds, constraints_checked=True)  # every rule was counted in check() above
-    if app_id is not None:
-        txn.set_app_transaction(app_id, int(app_version))
-    if mode == "overwrite" and snap is not None:
-        if replace_where is None:
-            txn.read_whole_table()
-        else:
-            # The partitions replaced and written: a concurrent append there conflicts, elsewhere not.
-            txn.read_partitions(*[r.partition_values for r in removes], *[a.partition_values for a in adds])
-        txn.remove_files(removes)
-    params: dict[str, Any] = {"mode": mode.capitalize(), "partitionBy": list(plan.partition_columns)}
-    if replace_where is not None:
-        params["predicate"] = [replace_where]
-    rows = sum(int(json.loads(a.stats).get("numRecords", 0)) for a in adds if a.stats)
-    metrics = {"numFiles": len(adds), "numOutputRows": rows, "numOutputBytes": sum(a.size for a in adds)}
-    if removes:
-        metrics["numRemovedFiles"] = len(removes)
-    result = txn.commit("WRITE", params, operation_metrics=metrics)
-    if result.already_committed:
-        log.warning("app transaction %s version %s landed concurrently; the %d file(s) written are unused "
-                    "(VACUUM removes them)", app_id, app_version, len(adds))  # fmt: skip
-    else:
-        log.info("committed %d file(s), %d row(s) to %s as version %d", len(adds), rows, table.uri,
-                 result.version)  # fmt: skip
-    return result
+    """The core's commit of a write (``log.write_rows.commit_write``), the Arrow writer's too."""
+    return commit_write(table, snap, plan, adds, removes, mode=mode, replace_where=replace_where,
+                        app_id=app_id, app_version=app_version, identity_marks=identity_marks)  # fmt: skip

@@ -31,6 +31,7 @@ DAG_IDS = {
     "delta_asset_watch",
     "delta_maintenance",
     "delta_spark_pipeline",
+    "delta_rows",
 }
 DAYS = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
 
@@ -124,6 +125,28 @@ def test_ingest_downstream_and_maintenance_run(examples, tmp_path: Path):
     assert _xcom(run, "maintain.vacuum", 0)["num_files"] == 0  # the re-run's orphan is younger than 7 days
     assert _xcom(run, "maintain.cleanup_logs", 0) == []
     assert deltalake.DeltaTable(table).to_pyarrow_table().num_rows == sum(expected.values())
+
+
+def test_rows_dag_writes_each_day_once_and_checks_it_with_a_filtered_read(examples, tmp_path: Path):
+    rows = examples("delta_rows")
+    table = str(tmp_path / "tables" / "orders")
+    for i, day in enumerate(DAYS[:2]):
+        run = _test(rows, day)
+        assert _xcom(run, "write_rows") == i
+        check = _xcom(run, "check_day")
+        assert check == {"version": i, "day": day.date().isoformat(), "orders": len(rows.payload(day.date())),
+                         "total": round(sum(r["amount"] for r in rows.payload(day.date())), 2)}  # fmt: skip
+    # A retry or a clear of a day already written writes nothing and commits nothing.
+    files = {p for p in (tmp_path / "tables" / "orders").rglob("*.parquet")}
+    run = _test(rows, DAYS[0])
+    assert _xcom(run, "write_rows") == 0 and _xcom(run, "check_day")["version"] == 0
+    assert {p for p in (tmp_path / "tables" / "orders").rglob("*.parquet")} == files
+    snap = DeltaTable(table).snapshot()
+    assert snap.version == 1 and snap.app_transactions == {
+        f"airflow/delta_rows/write_rows/-1/{d.isoformat()}": 1 for d in DAYS[:2]
+    }
+    theirs = deltalake.DeltaTable(table).to_pyarrow_table()
+    assert theirs.num_rows == sum(len(rows.payload(d.date())) for d in DAYS[:2])
 
 
 def test_maintenance_maps_over_the_tables_variable(examples, tmp_path: Path, monkeypatch):

@@ -23,6 +23,7 @@ from airflow_provider_delta.operators.maintenance import (
     DeltaVacuumOperator,
 )
 from airflow_provider_delta.operators.spark import DeltaSparkWriteOperator
+from airflow_provider_delta.operators.write import DeltaWriteOperator
 from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, table_page_url
 from airflow_provider_delta.ui.table_view import AirflowTask, build_view
 
@@ -86,7 +87,8 @@ def test_a_missing_extra_names_the_pip_line(monkeypatch):
 
 def test_every_operator_has_the_table_link_and_json_renderers():
     for operator in (DeltaCommitOperator, DeltaCreateTableOperator, DeltaCheckpointOperator,
-                     DeltaVacuumOperator, DeltaLogCleanupOperator, DeltaSparkWriteOperator):  # fmt: skip
+                     DeltaVacuumOperator, DeltaLogCleanupOperator, DeltaSparkWriteOperator,
+                     DeltaWriteOperator):  # fmt: skip
         assert any(isinstance(link, DeltaTableLink) for link in operator.operator_extra_links), operator
         for field in getattr(operator, "template_fields_renderers", {}):
             assert field in operator.template_fields, (operator, field)

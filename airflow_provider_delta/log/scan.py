@@ -1,0 +1,191 @@
+"""The scan of a snapshot: which files to read, and their rows as Arrow, streamed in bounded memory.
+
+As delta-kernel-rs's ``scan``: planning (the live files, less those the filter rules out by partition values
+and statistics, see ``skipping``) is separate from reading each file (``scan_file``), so every reader runs
+the same plan: this module's Arrow outputs, the Spark reader on executors, and any operation that reads
+rows. Outputs:
+
+- :meth:`Scan.to_batches` / :meth:`Scan.to_reader`: a ``pyarrow.RecordBatchReader`` that reads a few files
+  ahead in threads and holds at most that many files' batches, never the whole table;
+- :meth:`Scan.to_table`: everything as one ``pyarrow.Table``.
+
+Both hand off to pandas (``to_pandas()``), Polars (``polars.from_arrow``) and DuckDB (which scans a
+``RecordBatchReader`` or a Table by name) without copying the Arrow buffers.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .expressions import ColumnNotFoundError, Opaque, as_expr
+from .partition_values import typed_partition_values
+from .scan_file import (
+    ROW_ID_COLUMN,
+    ROW_VERSION_COLUMN,
+    FileTask,
+    ReadSpec,
+    check_metadata_fields,
+    read_data_file,
+)
+from .schema import column_mapping_mode, physical_name
+from .skipping import FileStatistics, files_matching
+from .sql_parser import parse
+from .stats import typed_file_stats
+from .struct_stats import checkpoint_stats
+
+if TYPE_CHECKING:
+    from .snapshot import Snapshot
+
+DEFAULT_READ_AHEAD = 4  # files read concurrently and held at most: what bounds a stream's memory
+_TASK_FIELDS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
+
+
+class Scan:
+    """Rows of ``snapshot``: ``columns`` (all by default, in table order), rows where ``filter`` holds.
+
+    :param filter: a ``pyarrow.compute.Expression`` (applied to rows as Arrow evaluates it), deltalake-style
+        DNF tuples or SQL text (both evaluated with Spark SQL's semantics). Either way it first skips files
+        by partition values and statistics. A column the table lacks raises :class:`ColumnNotFoundError`.
+    :param metadata: ``_metadata`` fields to add as a struct column: ``file_path``, ``row_index``, and on
+        row-tracking tables ``row_id`` and ``row_commit_version`` (as Delta Spark's ``_metadata``).
+    :param read_ahead: files read concurrently (and held at most) by the streaming outputs.
+    :param files: the ``add`` rows to read instead of the snapshot's live files (change reads).
+    """
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        columns: Sequence[str] | None = None,
+        filter: Any = None,
+        *,
+        metadata: Sequence[str] = (),
+        read_ahead: int = DEFAULT_READ_AHEAD,
+        files: pa.Table | None = None,
+    ) -> None:
+        self.snapshot = snapshot
+        schema = snapshot.metadata.schema
+        by_lower = {f["name"].lower(): f["name"] for f in schema["fields"]}
+        where = f"table {snapshot.store.uri}"
+        self.columns = tuple(
+            _resolve(c, by_lower, where) for c in (columns or [f["name"] for f in schema["fields"]])
+        )
+        check_metadata_fields(metadata, snapshot.protocol, snapshot.metadata, where)
+        config = snapshot.metadata.configuration
+        self.arrow_filter = filter if isinstance(filter, pc.Expression) else None
+        self.filter = parse(filter) if isinstance(filter, str) else as_expr(filter)
+        needed = [
+            _resolve(p[0], by_lower, where, filter) for p in (self.filter.columns() if self.filter else ())
+        ]
+        read = [*self.columns, *(c for c in dict.fromkeys(needed) if c not in self.columns)]
+        self.spec = ReadSpec(
+            schema=schema, mode=column_mapping_mode(config),
+            partition_columns=tuple(snapshot.partition_columns),
+            columns=self.columns, read_columns=tuple(read), metadata=tuple(metadata),
+            filter=None if self.arrow_filter is not None else self.filter, arrow_filter=self.arrow_filter,
+            row_id_column=config.get(ROW_ID_COLUMN), row_version_column=config.get(ROW_VERSION_COLUMN),
+            storage_options=dict(snapshot.store.storage_options),
+        )  # fmt: skip
+        self.read_ahead = max(1, int(read_ahead))
+        self.files = self._plan(snapshot.files if files is None else files)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema of the rows: logical names and types, ``_metadata`` last when asked for."""
+        return self.spec.output_schema()
+
+    @property
+    def num_files_skipped(self) -> int:
+        return self.candidates - self.files.num_rows
+
+    def _plan(self, files: pa.Table) -> pa.Table:
+        self.candidates = files.num_rows
+        if self.filter is None or files.num_rows == 0 or isinstance(self.filter, Opaque):
+            return files
+        md = self.snapshot.metadata
+        mode = column_mapping_mode(md.configuration)
+        physical = {f["name"].lower(): physical_name(f, mode) for f in md.schema["fields"]}
+        stats = typed_file_stats(md, files) if "stats" in files.column_names else None
+        live = stats is not None and files is self.snapshot.files  # change reads have no checkpoint rows
+        parsed = checkpoint_stats(self.snapshot, files) if live else None
+        facts = FileStatistics(files.num_rows, typed_partition_values(md, files), stats, physical, parsed)
+        return files.filter(files_matching(self.filter, facts))
+
+    def tasks(self) -> list[FileTask]:
+        """The files to read, in log order."""
+        fields = [f for f in _TASK_FIELDS if f in self.files.column_names]
+        return [
+            FileTask(
+                r["path"],
+                dict(r["partitionValues"] or []),
+                r.get("deletionVector"),
+                r.get("baseRowId"),
+                r.get("defaultRowCommitVersion"),
+            )  # fmt: skip
+            for r in self.files.select(fields).to_pylist()
+        ]
+
+    # -- outputs --------------------------------------------------------------------------------------
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """Batches file by file, in log order; at most ``read_ahead`` files are read or held at once."""
+        store = self.snapshot.store
+        schema = self.schema
+        def read(task: FileTask) -> list[pa.RecordBatch]:
+            return list(read_data_file(task, self.spec, store.fs, store.root))
+
+        for batches in _ordered(self.tasks(), read, self.read_ahead):
+            for batch in batches:
+                yield batch if batch.schema == schema else batch.cast(schema)
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self.to_batches())
+
+
+def _resolve(name: str, by_lower: dict[str, str], where: str, context: Any = None) -> str:
+    found = by_lower.get(str(name).lower())
+    if found is None:
+        what = f" in filter {context!r}" if context is not None else ""
+        raise ColumnNotFoundError(
+            f"column {name!r}{what} is not in {where} (columns: {', '.join(by_lower.values())})"
+        )
+    return found
+
+
+def _ordered(items: Iterable[Any], work: Any, window: int) -> Iterator[Any]:
+    """``work(item)`` for each item in threads, results in order, at most ``window`` started and unread.
+
+    A consumer that stops early (closes the generator) cancels what has not started; what is running ends
+    on its own, its result dropped.
+    """
+    pending: deque[Future] = deque()
+    pool = ThreadPoolExecutor(max_workers=window, thread_name_prefix="delta-scan")
+    try:
+        iterator = iter(items)
+        for item in iterator:
+            pending.append(pool.submit(work, item))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def scan(
+    snapshot: Snapshot, columns: Sequence[str] | None = None, filter: Any = None, **options: Any
+) -> Scan:
+    """A :class:`Scan` of ``snapshot`` (see there)."""
+    return Scan(snapshot, columns, filter, **options)
