@@ -139,7 +139,7 @@ CORE_FLOORS: dict[str, int] = {
     "visibility": 2,
     # 3: operations
     "transaction": 3, "conflicts": 3, "writer_rules": 3, "checkpoint": 3, "vacuum": 3, "cleanup": 3,
-    "tail": 3, "creation": 3, "data_files": 3,
+    "tail": 3, "creation": 3, "data_files": 3, "restore": 3,
     # 4: the facade; 5: what sits on it
     "table": 4, "cli": 5, "__init__": 5,
 }  # fmt: skip
