@@ -140,6 +140,7 @@ CORE_FLOORS: dict[str, int] = {
     # 3: operations
     "transaction": 3, "conflicts": 3, "writer_rules": 3, "checkpoint": 3, "vacuum": 3, "cleanup": 3,
     "tail": 3, "creation": 3, "data_files": 3, "restore": 3,
+    "space_filling_curves": 3, "optimize_plan": 3, "optimize_commit": 3,
     # 4: the facade; 5: what sits on it
     "table": 4, "cli": 5, "__init__": 5,
 }  # fmt: skip

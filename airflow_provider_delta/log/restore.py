@@ -47,6 +47,7 @@ from .properties import (
     interval_property_ms,
 )
 from .protocol import merge_protocols, protocol_features, writer_features
+from .replay import reconciliation_keys
 from .snapshot import Snapshot, load_snapshot
 from .table_context import TableContext
 from .transaction import CommitResult, Transaction
@@ -185,21 +186,11 @@ def _check_retention(latest: Snapshot, target: Snapshot, where: str) -> None:
 
 
 # -- which files ------------------------------------------------------------------------------------------
-def _keys(files: pa.Table) -> pa.ChunkedArray:
-    """A file action's reconciliation key, path and deletion vector ("Action Reconciliation"), as text."""
-    dv = files.column("deletionVector")
-    parts = [pc.cast(pc.struct_field(dv, name), pa.string()) for name in ("storageType", "pathOrInlineDv",
-                                                                            "offset")]  # fmt: skip
-    return pc.binary_join_element_wise(
-        files.column("path"), *parts, "\x00", null_handling="replace", null_replacement=""
-    )
-
-
 def _difference(target: pa.Table, latest: pa.Table) -> tuple[pa.Table, pa.Table]:
     """(files of the target not live now: to re-add, live files not in the target: to remove)."""
-    target_keys, latest_keys = _keys(target), _keys(latest)
-    adds = target.filter(pc.invert(pc.is_in(target_keys, value_set=latest_keys.combine_chunks())))
-    removes = latest.filter(pc.invert(pc.is_in(latest_keys, value_set=target_keys.combine_chunks())))
+    target_keys, latest_keys = reconciliation_keys(target), reconciliation_keys(latest)
+    adds = target.filter(pc.invert(pc.is_in(target_keys, value_set=latest_keys)))
+    removes = latest.filter(pc.invert(pc.is_in(latest_keys, value_set=target_keys)))
     return adds, removes
 
 
