@@ -29,7 +29,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "hooks": [_modules("hooks.delta")],
         "operators": [
-            _modules("operators.commit", "operators.create", "operators.maintenance", "operators.spark")
+            _modules("operators.commit", "operators.create", "operators.maintenance", "operators.layout",
+                     "operators.spark")
         ],
         "sensors": [_modules("sensors.delta")],
         "triggers": [_modules("triggers.delta")],
