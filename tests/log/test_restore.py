@@ -87,7 +87,7 @@ def test_restore_brings_back_the_files_and_rows_of_the_version(history):
     assert result.table_size_after_restore == a.size + b.size + c.size
     info = table.history(1)[0].commit_info
     assert info["operation"] == "RESTORE"
-    assert info["operationParameters"] == {"version": "2", "timestamp": "null"}
+    assert info["operationParameters"] == {"version": "2", "timestamp": None}
     assert info["isolationLevel"] == "Serializable" and info["isBlindAppend"] is False
     assert info["operationMetrics"] == {k: str(v) for k, v in result.metrics().items()}
     log = (Path(table.uri) / "_delta_log" / f"{5:020d}.json").read_text().splitlines()
