@@ -116,7 +116,8 @@ def test_column_mapping_tables_keep_their_physical_names(spark, tmp_path: Path):
     root = tmp_path / "t"
     table = DeltaTable.create(str(root), SCHEMA, partition_by=["p"], configuration=config)
     for i in range(4):
-        df = spark.createDataFrame([(i * 10 + k, k, k, "a") for k in range(10)], "id long, x int, y int, p string")
+        rows = [(i * 10 + k, k, k, "a") for k in range(10)]
+        df = spark.createDataFrame(rows, "id long, x int, y int, p string")
         write(df, table.uri)
     before = kernel_rows(root)
     optimize(spark, table.uri)
