@@ -7,8 +7,8 @@ For big tables. The plan is the one the pyarrow path runs; per bin, as Delta Spa
   them stays parallel; ``coalesce(1)`` otherwise);
 - Z-order and clustering: executors compute each row's curve key with the core's
   ``space_filling_curves`` from range boundaries the driver took from a sample of the bin's Z-order
-  columns, then the rows are range-partitioned by key (with a random tie-breaker, as Delta Spark adds
-  noise) into ``size / max_file_size`` partitions, one file each.
+  columns, and the file it goes to from the cuts between files chosen on that sample (where the curve's
+  blocks begin); rows are range-partitioned by file into ``size / max_file_size`` partitions.
 
 Files are written by the Spark writer's own path (``write.write_table_files``: Spark's Parquet writer for
 local tables, pyarrow on executors otherwise). Bins run as concurrent Spark jobs (``max_threads``, Delta
@@ -28,12 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable
 from airflow_provider_delta.log.optimize_commit import BatchResult, OptimizeMetrics, commit_batch, summarize
 from airflow_provider_delta.log.optimize_plan import Bin, OptimizePlan, plan_optimize
 from airflow_provider_delta.log.schema import column_mapping_mode
-from airflow_provider_delta.log.space_filling_curves import curve_keys, range_boundaries
+from airflow_provider_delta.log.space_filling_curves import curve_keys, cut_keys, part_ids, range_boundaries
 
 from .data_files import WritePlan
 from .read import ScanSpec, scan_files
@@ -47,8 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_MAX_THREADS = 15  # spark.databricks.delta.optimize.maxThreads
 SAMPLE_ROWS = 100_000  # rows of the Z-order columns sampled per bin for range boundaries
-_KEY = "__delta_optimize_key"
-_NOISE = "__delta_optimize_noise"
+_KEY = "__delta_optimize_file"
 _TASK_COLUMNS = ["path", "partitionValues", "deletionVector"]
 Progress = Callable[[dict[str, Any]], None]
 
@@ -167,36 +167,44 @@ def bin_rows(
 
 
 def clustered(spark: SparkSession, rows: DataFrame, plan: OptimizePlan, bin_: Bin) -> DataFrame:
-    """``rows`` range-partitioned along the plan's curve into ``size / max_file_size`` partitions."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, StructField, StructType
+    """``rows`` in ``size / max_file_size`` partitions of consecutive keys along the plan's curve.
 
-    columns = list(plan.columns)
-    boundaries = sample_boundaries(rows, columns, bin_, plan.num_ranges)
-    curve, num_ranges = plan.curve or "zorder", plan.num_ranges
-    keyed_schema = StructType([*rows.schema.fields, StructField(_KEY, BinaryType(), False)])
+    The driver takes range boundaries and the cuts between files (``cut_keys``) from a sample of the bin;
+    executors compute every row's key and file with the core's curves; rows are then range-partitioned by
+    that file number, so each Spark partition holds one file's rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    columns, curve, num_ranges = list(plan.columns), plan.curve or "zorder", plan.num_ranges
+    boundaries, cuts = sample_cuts(rows, columns, bin_, plan)
+    keyed_schema = StructType([*rows.schema.fields, StructField(_KEY, IntegerType(), False)])
 
     def keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            values = [_column(batch, c) for c in columns]
-            key = curve_keys(values, boundaries, curve, num_ranges).cast(pa.binary())
-            yield pa.RecordBatch.from_arrays([*batch.columns, key], names=[*batch.schema.names, _KEY])
+            key = curve_keys([_column(batch, c) for c in columns], boundaries, curve, num_ranges)
+            ids = pa.array(part_ids(key, cuts), pa.int32())
+            yield pa.RecordBatch.from_arrays([*batch.columns, ids], names=[*batch.schema.names, _KEY])
 
-    outputs = bin_.outputs(plan.max_file_size, plan.mode)
-    keyed = rows.mapInArrow(keys, keyed_schema).withColumn(_NOISE, (F.rand() * 255 - 128).cast("byte"))
-    return keyed.repartitionByRange(outputs, F.col(_KEY), F.col(_NOISE)).drop(_KEY, _NOISE)
+    keyed = rows.mapInArrow(keys, keyed_schema)
+    return keyed.repartitionByRange(len(cuts) + 1, F.col(_KEY)).drop(_KEY)
 
 
-def sample_boundaries(rows: DataFrame, columns: list[str], bin_: Bin, num_ranges: int) -> list[Any]:
-    """Range boundaries of each column from a sample of about ``SAMPLE_ROWS`` rows of the bin (its size
-    known from the files' statistics, so the data is not counted first)."""
+def sample_cuts(
+    rows: DataFrame, columns: list[str], bin_: Bin, plan: OptimizePlan
+) -> tuple[list[Any], Any]:
+    """Range boundaries of each column and the keys where files start, from a sample of about
+    ``SAMPLE_ROWS`` rows of the bin (its size known from the files' statistics: no count first)."""
     from pyspark.sql import functions as F
 
     records = _records(bin_.files)
     fraction = 1.0 if records <= SAMPLE_ROWS else SAMPLE_ROWS / records
     picked = rows.select(*[F.col(_quoted(c)).alias(f"c{i}") for i, c in enumerate(columns)])
     sample = (picked if fraction >= 1.0 else picked.sample(fraction=fraction, seed=17)).toArrow()
-    return [range_boundaries(sample.column(f"c{i}"), num_ranges) for i in range(len(columns))]
+    values = [sample.column(f"c{i}") for i in range(len(columns))]
+    boundaries = [range_boundaries(v, plan.num_ranges) for v in values]
+    keys = curve_keys(values, boundaries, plan.curve or "zorder", plan.num_ranges)
+    cuts = cut_keys(keys.take(pc.sort_indices(keys)), bin_.outputs(plan.max_file_size, plan.mode))
+    return boundaries, cuts
 
 
 def _records(files: pa.Table) -> int:

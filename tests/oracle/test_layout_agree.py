@@ -111,3 +111,68 @@ def test_both_refuse_a_restore_whose_files_vacuum_deleted(oracle: Oracle, histor
         if not Path(path).name.startswith("deletion_vector_"):
             assert Path(path).name in delta.value.message, (path, delta.value.message[:2000])
     assert DeltaTable(str(mine)).history(1)[0].operation == "VACUUM END"  # no RESTORE committed
+
+
+# -- Z-order, measured by Delta Spark -------------------------------------------------------------------------
+ZORDER_ROWS = 40_000
+
+
+@pytest.fixture(scope="module")
+def scattered(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Delta Spark's table of 2 partitions x 16 files whose x and y are random: every file spans them."""
+    path = tmp_path_factory.mktemp("zorder") / "scattered"
+    oracle.call("sql", f"CREATE TABLE delta.`{path}` (id BIGINT, x INT, y INT, part STRING) USING delta "
+                       "PARTITIONED BY (part)")  # fmt: skip
+    oracle.call("sql", f"INSERT INTO delta.`{path}` SELECT /*+ REPARTITION(16) */ id, "
+                       "CAST(rand(7) * 1000 AS INT), CAST(rand(8) * 1000 AS INT), IF(id % 2 = 0, 'a', 'b') "
+                       f"FROM range(0, {ZORDER_ROWS})")  # fmt: skip
+    return path
+
+
+def _queries(seed: int = 11) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for column in ("x", "y"):
+        out += [f"{column} = {rng.randrange(1000)}" for _ in range(6)]
+        out += [f"{column} >= {a} AND {column} < {a + 60}" for a in (rng.randrange(940) for _ in range(4))]
+    out += ["x < 120 AND y < 120", "x > 900 AND y >= 300 AND y <= 400"]
+    return out
+
+
+def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spark: Any, scattered: Path):
+    from airflow_provider_delta.spark.optimize import optimize as spark_optimize
+
+    mine, theirs = _copy(scattered, "zorder-ours"), _copy(scattered, "zorder-theirs")
+    partition_bytes = sum(f.stat().st_size for f in (scattered / "part=a").glob("*.parquet"))
+    max_file_size = partition_bytes // 8  # about 8 files per partition, as many for both
+    metrics = spark_optimize(spark, str(mine), zorder_by=["x", "y"], max_file_size=max_file_size)
+    key = "spark.databricks.delta.optimize.maxFileSize"
+    oracle.call("conf", {key: str(max_file_size)})
+    try:
+        oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
+    finally:
+        oracle.call("conf", {key: None})
+    queries = _queries()
+    before, ours_read, delta_read = (oracle.call("files_read", str(p), queries)
+                                     for p in (scattered, mine, theirs))  # fmt: skip
+    skipped_ours = sum(ours_read["total"] - n for n in ours_read["read"])
+    skipped_delta = sum(delta_read["total"] - n for n in delta_read["read"])
+    skipped_before = sum(before["total"] - n for n in before["read"])
+    print(f"Z-order over {len(queries)} queries: files {before['total']} -> ours {ours_read['total']}, Delta "
+          f"Spark {delta_read['total']}; files skipped: before {skipped_before}, ours {skipped_ours}, Delta "
+          f"Spark {skipped_delta}; files read per query ours {ours_read['read']} Delta {delta_read['read']}")
+    assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
+    assert skipped_before <= len(queries)  # random rows: before, almost every file is read
+    assert skipped_ours >= skipped_delta, (ours_read, delta_read)
+    assert sum(ours_read["read"]) <= sum(delta_read["read"]), (ours_read, delta_read)
+    assert oracle.call("rows", str(mine)) == oracle.call("rows", str(scattered))
+    info = oracle.call("history", str(mine))[0]
+    assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'
+    # Delta Spark goes on writing our table: an append, then its own OPTIMIZE over our files.
+    oracle.call("sql", f"INSERT INTO delta.`{mine}` VALUES (-1, 5, 5, 'a')")
+    oracle.call("sql", f"OPTIMIZE delta.`{mine}` ZORDER BY (y)")
+    rows = oracle.call("rows", str(mine))
+    assert len(rows) == ZORDER_ROWS + 1 and json.dumps({"id": -1, "x": 5, "y": 5, "part": "a"},
+                                                       separators=(",", ":")) in rows  # fmt: skip
