@@ -96,11 +96,19 @@ def test_operator_writes_to_s3_through_connections(spark, s3_server, s3_bucket, 
         task_id="load", table_uri=uri, delta_conn_id="delta_s3", spark_conn_id="spark_local",
         python_callable=lambda session, context: session.range(5).withColumnRenamed("id", "n"),
     )  # fmt: skip
-    context = {"ti": SimpleNamespace(dag_id="d", task_id="load", map_index=-1), "run_id": "manual",
-               "logical_date": None, "outlet_events": defaultdict(SimpleNamespace)}  # fmt: skip
+    pushed: list[tuple[str, dict]] = []
+    ti = SimpleNamespace(dag_id="d", task_id="load", map_index=-1,
+                         xcom_push=lambda key, value: pushed.append((key, value)))  # fmt: skip
+    context = {"ti": ti, "run_id": "manual", "logical_date": None,
+               "outlet_events": defaultdict(SimpleNamespace)}  # fmt: skip
     with caplog.at_level(logging.DEBUG):
         assert op.execute(context) == 0
         assert op.execute(context) == 0  # the same run again: already committed
+    # Each run records the commit for the task's "Delta table" link: version 0, then already committed.
+    assert [(k, v["version"], v["already_committed"]) for k, v in pushed] == [
+        ("delta_commit", 0, False),
+        ("delta_commit", 0, True),
+    ]
     assert DeltaTable(uri, s3_server.storage_options).snapshot().app_transactions == {
         "airflow/d/load/-1/manual": 1
     }

@@ -291,9 +291,12 @@ def test_operator_commits_once_per_interval(spark, tmp_path):
 
     op = DeltaSparkWriteOperator(task_id="load", table_uri=uri, python_callable=build, partition_by=["day"])
 
+    pushed: list[dict] = []
+
     def context(day: int) -> dict:
-        return {"ti": SimpleNamespace(dag_id="sales", task_id="load", map_index=-1), "run_id": f"r{day}",
-                "logical_date": dt.datetime(2024, 3, day, tzinfo=dt.UTC),
+        ti = SimpleNamespace(dag_id="sales", task_id="load", map_index=-1,
+                             xcom_push=lambda key, value: pushed.append(value))  # fmt: skip
+        return {"ti": ti, "run_id": f"r{day}", "logical_date": dt.datetime(2024, 3, day, tzinfo=dt.UTC),
                 "outlet_events": defaultdict(SimpleNamespace)}  # fmt: skip
 
     first = context(1)
@@ -304,6 +307,8 @@ def test_operator_commits_once_per_interval(spark, tmp_path):
         "airflow/sales/load/-1/2024-03-01T00:00:00+00:00": 1,
         "airflow/sales/load/-1/2024-03-02T00:00:00+00:00": 1,
     }
+    # The "Delta table" link's record of each run: the version holding the interval's rows.
+    assert [(p["version"], p["already_committed"]) for p in pushed] == [(0, False), (0, True), (1, False)]
     (event,) = first["outlet_events"].values()
     assert event.extra["version"] == 0 and event.extra["appId"].endswith("2024-03-01T00:00:00+00:00")
     assert deltalake.DeltaTable(uri).to_pyarrow_table().num_rows == 4
