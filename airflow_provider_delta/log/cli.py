@@ -16,11 +16,12 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import IO, Any, NoReturn
 
 import pyarrow.compute as pc
 
+from . import cli_layout
+from .cli_output import ProgressBar, columns, human_bytes, iso, pairs
 from .errors import DeltaError
 from .history import timestamp_ms
 from .table import DeltaTable
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     command("cleanup", "delete log files older than delta.logRetentionDuration that no version needs")
+    cli_layout.add_commands(command, _version_arg, _timestamp_arg)
     return parser
 
 
@@ -185,63 +187,6 @@ def _redact(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, "***")
     return text
-
-
-# -- output ----------------------------------------------------------------------------------------------
-def iso(ms: int | None) -> str | None:
-    """ms since the epoch as ISO-8601 UTC with milliseconds, e.g. 2024-05-01T12:00:00.000Z."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _human_bytes(n: int) -> str:
-    """Exact, then rounded: "1,458 bytes (1.4 KiB)"."""
-    size, unit = float(n), "bytes"
-    for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if size < 1024:
-            break
-        size, unit = size / 1024, bigger
-    return f"{n:,} bytes" if unit == "bytes" else f"{n:,} bytes ({size:.1f} {unit})"
-
-
-def _columns(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Rows aligned under a header; the last column is not padded."""
-    cells = [[str(c) for c in header]] + [["" if c is None else str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
-
-
-def _pairs(items: Sequence[tuple[str, Any]], indent: str = "") -> str:
-    width = max((len(k) for k, _ in items), default=0)
-    return "\n".join(f"{indent}{k.ljust(width)}  {'' if v is None else v}".rstrip() for k, v in items)
-
-
-class ProgressBar:
-    """``done/total`` as a bar on one line of ``stream``, redrawn only when the percentage moves (a vacuum
-    of a million files calls it per batch; a terminal should not be written a million times)."""
-
-    WIDTH = 30
-
-    def __init__(self, label: str, stream: IO[str]) -> None:
-        self.label = label
-        self.stream = stream
-        self._drawn: int | None = None  # the percentage on screen
-
-    def __call__(self, done: int, total: int) -> None:
-        percent = 100 * done // total if total else 100
-        if percent == self._drawn:
-            return
-        self._drawn = percent
-        step = self.WIDTH * percent // 100
-        bar = "#" * step + "-" * (self.WIDTH - step)
-        self.stream.write(f"\r{self.label} [{bar}] {percent:3d}% {done:,}/{total:,}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self._drawn is not None:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 # -- commands --------------------------------------------------------------------------------------------
@@ -303,16 +248,16 @@ def print_snapshot(doc: dict[str, Any], out: IO[str]) -> None:
         ("protocol", protocol),
         ("partition columns", ", ".join(md["partition_columns"]) or "(none)"),
         ("files", f"{doc['num_files']:,}"),
-        ("size", _human_bytes(doc["size_in_bytes"])),
+        ("size", human_bytes(doc["size_in_bytes"])),
     ]
-    print(_pairs(items), file=out)
+    print(pairs(items), file=out)
     for title, mapping in (
         ("app transactions", doc["app_transactions"]),
         ("properties", md["configuration"]),
     ):
         print(f"{title}:" + ("" if mapping else " (none)"), file=out)
         if mapping:
-            print(_pairs(sorted(mapping.items()), indent="  "), file=out)
+            print(pairs(sorted(mapping.items()), indent="  "), file=out)
     if doc["files"] is not None:
         rows = [
             (
@@ -324,7 +269,7 @@ def print_snapshot(doc: dict[str, Any], out: IO[str]) -> None:
             for f in doc["files"]
         ]
         print(file=out)
-        print(_columns(("PATH", "SIZE", "MODIFIED", "PARTITION"), rows), file=out)
+        print(columns(("PATH", "SIZE", "MODIFIED", "PARTITION"), rows), file=out)
 
 
 def _parameters(params: Any, limit: int = 80) -> str:
@@ -355,7 +300,7 @@ def print_history(doc: dict[str, Any], out: IO[str]) -> None:
         (c["version"], c["timestamp_iso"], c["operation"] or "", _parameters(c["operation_parameters"]))
         for c in doc["history"]
     ]
-    print(_columns(("VERSION", "TIMESTAMP", "OPERATION", "PARAMETERS"), rows), file=out)
+    print(columns(("VERSION", "TIMESTAMP", "OPERATION", "PARAMETERS"), rows), file=out)
 
 
 def checkpoint_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any]:
@@ -372,9 +317,9 @@ def checkpoint_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any
 
 def print_checkpoint(doc: dict[str, Any], out: IO[str]) -> None:
     print(f"wrote a checkpoint of version {doc['version']} of {doc['uri']}", file=out)
-    size = _human_bytes(doc["size_in_bytes"]) if doc["size_in_bytes"] is not None else None
+    size = human_bytes(doc["size_in_bytes"]) if doc["size_in_bytes"] is not None else None
     items = [("parts", doc["parts"]), ("actions", doc["size"]), ("add files", doc["num_of_add_files"])]
-    print(_pairs([*items, ("size", size)], indent="  "), file=out)
+    print(pairs([*items, ("size", size)], indent="  "), file=out)
 
 
 def vacuum_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any]:
@@ -410,7 +355,7 @@ def _vacuum_report(report: Any, uri: str) -> dict[str, Any]:
 
 def _vacuum_summary(doc: dict[str, Any]) -> str:
     return (
-        f"{doc['num_files']:,} files, {_human_bytes(doc['bytes'])}, from {doc['uri']} "
+        f"{doc['num_files']:,} files, {human_bytes(doc['bytes'])}, from {doc['uri']} "
         f"(retention {doc['retention_hours']:g} hours)"
     )
 
@@ -418,7 +363,7 @@ def _vacuum_summary(doc: dict[str, Any]) -> str:
 def print_vacuum(doc: dict[str, Any], out: IO[str]) -> None:
     if not doc["dry_run"]:
         print(
-            f"deleted {doc['num_files']:,} files, {_human_bytes(doc['bytes'])}, in {doc['seconds']:.1f} s",
+            f"deleted {doc['num_files']:,} files, {human_bytes(doc['bytes'])}, in {doc['seconds']:.1f} s",
             file=out,
         )
         return
@@ -444,6 +389,7 @@ COMMANDS: dict[str, tuple[Callable[[DeltaTable, argparse.Namespace], dict[str, A
     "checkpoint": (checkpoint_doc, print_checkpoint),
     "vacuum": (vacuum_doc, print_vacuum),
     "cleanup": (cleanup_doc, print_cleanup),
+    **cli_layout.COMMANDS,
 }
 
 

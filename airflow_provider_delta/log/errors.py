@@ -197,3 +197,41 @@ class ConstraintViolationError(DeltaError):
         super().__init__(message)
         self.violations = violations
         self.example = example or {}
+
+
+class OptimizeError(DeltaError):
+    """OPTIMIZE was asked for something the table cannot do (e.g. Z-ordering a clustered table); nothing was
+    written."""
+
+
+class ZOrderColumnError(OptimizeError):
+    """A Z-order column cannot be used: ``column`` is not in the schema, is a partition column (every file
+    holds one value of it), has no statistics to skip files with, or has a type that has no order."""
+
+    def __init__(self, message: str, *, column: str) -> None:
+        super().__init__(message)
+        self.column = column
+
+
+class PartitionFilterError(OptimizeError):
+    """OPTIMIZE's filter must select whole partitions: it may name only partition columns (``columns`` lists
+    the others it named)."""
+
+    def __init__(self, message: str, *, columns: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.columns = columns
+
+
+class RestoreTargetError(VersionNotFoundError):
+    """RESTORE's target is not a version it can restore: not before the latest, no longer in the log, or
+    older than ``delta.deletedFileRetentionDuration`` (VACUUM may have deleted its files)."""
+
+
+class RestoreMissingFilesError(DeltaError):
+    """Files the restored version needs are gone from storage (VACUUM deleted them): ``files`` lists them
+    (up to 100, as Delta Spark does), ``version`` the target. Nothing was committed."""
+
+    def __init__(self, message: str, *, version: int, files: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.version = version
+        self.files = files

@@ -162,3 +162,49 @@ def required_protocol(features: set[str], *, explicit: bool) -> Protocol:
         return Protocol(reader, writer)
     readers = sorted(features & READER_FEATURES_NEEDING_R3)
     return Protocol(3 if readers else 1, 7, tuple(readers) if readers else None, tuple(sorted(features)))
+
+
+# -- merging protocols ("Table Features": what RESTORE commits) ------------------------------------------
+# Legacy features and the (reader, writer) versions that imply them ("Writer Version Requirements").
+LEGACY_FEATURE_VERSIONS: dict[str, tuple[int, int]] = {
+    "appendOnly": (1, 2), "invariants": (1, 2), "checkConstraints": (1, 3), "changeDataFeed": (1, 4),
+    "generatedColumns": (1, 4), "columnMapping": (2, 5), "identityColumns": (1, 6),
+}  # fmt: skip
+
+
+def _implied(protocol: Protocol) -> set[str]:
+    """Legacy features a protocol implies; none once it lists features (writer version 7)."""
+    r, w = protocol.min_reader_version, protocol.min_writer_version
+    if w >= 7 or r >= 3:
+        return set()
+    return {name for name, (fr, fw) in LEGACY_FEATURE_VERSIONS.items() if fr <= r and fw <= w}
+
+
+def protocol_features(protocol: Protocol) -> frozenset[str]:
+    """Every feature a protocol supports, listed or implied by its legacy versions."""
+    listed = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
+    return frozenset(listed | _implied(protocol))
+
+
+def merge_protocols(*protocols: Protocol) -> Protocol:
+    """The weakest protocol that supports every feature of ``protocols`` (Delta Spark's ``Protocol.merge``).
+
+    Versions are the highest given and features the union; the result is then normalised as Delta Spark
+    does: legacy versions when they imply exactly those features, else writer version 7 listing them (reader
+    version 3 listing the reader-writer ones when any needs it). RESTORE commits this merge of the restored
+    version's protocol and the latest one, so a restore never downgrades the protocol.
+    """
+    features: set[str] = set()
+    reader_writer = {"columnMapping"} | set(READER_FEATURES_NEEDING_R3)
+    for p in protocols:
+        features |= protocol_features(p)
+        reader_writer |= set(p.reader_features or ())
+    versions = [LEGACY_FEATURE_VERSIONS.get(f, (3 if f in reader_writer else 1, 7)) for f in features]
+    reader = max([1, *(r for r, _ in versions)])
+    writer = max([1, *(w for _, w in versions)])
+    legacy = Protocol(reader, writer)
+    if writer < 7 and _implied(legacy) == features:
+        return legacy
+    # Reader version 2 (column mapping alone) cannot list reader features: column mapping is then implied.
+    readers = sorted(f for f in features if f in reader_writer) if reader >= 3 else None
+    return Protocol(reader, 7, tuple(readers) if readers is not None else None, tuple(sorted(features)))

@@ -249,7 +249,7 @@ def _resolve(store: LogStore, rel: str) -> str:
 
 
 # -- reconciliation -------------------------------------------------------------------------------------
-def _keys(table: pa.Table) -> pa.Array:
+def reconciliation_keys(table: pa.Table) -> pa.Array:
     """Reconciliation key: decoded path, plus the deletion vector's unique id when one is attached."""
     paths = table.column("path").combine_chunks()
     dv = table.column("deletionVector").combine_chunks()
@@ -280,7 +280,7 @@ def _drop_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
     """Rows whose key is not in ``keys``; no copy when none is (appends touch only new paths)."""
     if table.num_rows == 0:
         return table
-    hit = pc.is_in(_keys(table), value_set=keys)
+    hit = pc.is_in(reconciliation_keys(table), value_set=keys)
     return table.filter(pc.invert(hit)) if pc.any(hit).as_py() else table
 
 
@@ -288,7 +288,7 @@ def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
     """Latest action per key wins among the commits' own file actions ("Action Reconciliation")."""
     if adds.num_rows + removes.num_rows == 0:
         return adds, removes
-    add_keys, remove_keys = _keys(adds), _keys(removes)
+    add_keys, remove_keys = reconciliation_keys(adds), reconciliation_keys(removes)
     n_add = adds.num_rows
     versions = pa.concat_arrays(
         [adds.column("_version").combine_chunks(), removes.column("_version").combine_chunks()]
@@ -318,7 +318,7 @@ def _parse_commits(
 def _touched(adds: pa.Table, removes: pa.Table) -> pa.Array | None:
     if adds.num_rows + removes.num_rows == 0:
         return None
-    return pa.concat_arrays([_keys(adds), _keys(removes)]).unique()
+    return pa.concat_arrays([reconciliation_keys(adds), reconciliation_keys(removes)]).unique()
 
 
 def check_metadata(metadata: Metadata) -> None:

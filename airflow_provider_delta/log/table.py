@@ -26,6 +26,7 @@ from .data_files import add_file_from_parquet
 from .history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
 from .last_checkpoint import LastCheckpoint
 from .properties import ict_enablement_version
+from .restore import RestoreResult, restore
 from .scan import Scan
 from .snapshot import Snapshot
 from .storage import LogStore
@@ -185,6 +186,16 @@ class DeltaTable(TableContext):
     ) -> VacuumReport:
         """Delete unreferenced data files older than the retention, as Delta Spark's VACUUM."""
         return vacuum(self, retention_hours, dry_run, enforce_retention_duration, **options)
+
+    def restore(
+        self,
+        version: int | None = None,
+        timestamp: int | float | str | datetime | None = None,
+        **options: Any,
+    ) -> RestoreResult:
+        """Bring the table back to ``version`` (or the one at ``timestamp``) in a new commit, as Delta
+        Spark's RESTORE; see ``restore.restore``."""
+        return restore(self, version, timestamp, **options)
 
     def cleanup_expired_logs(self, **options: Any) -> list[str]:
         """Delete log files older than ``delta.logRetentionDuration`` that no retained version needs."""

@@ -618,9 +618,10 @@ class Transaction:
         )
 
 
-def _param(value: Any) -> str:
-    # Delta Spark writes operationParameters as strings (JSON for non-strings).
-    return value if isinstance(value, str) else json.dumps(value)
+def _param(value: Any) -> str | None:
+    # Delta Spark writes operationParameters as strings (JSON for non-strings), and a missing one as null
+    # (RESTORE's timestamp when restoring to a version, CREATE TABLE's description).
+    return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
 def _now_ms() -> int:

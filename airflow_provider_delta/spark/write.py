@@ -99,7 +99,7 @@ def write(
     removes: list[AddFile] = []
     if mode == "overwrite" and snap is not None:
         removes = files_to_replace(df.sparkSession, snap, replace_where)
-    adds = _write_files(plan, table, storage_options or {})
+    adds = write_table_files(plan, table, storage_options or {})
     generated = columns_to_generate(plan.schema, df.columns, f"table {table_uri}") if snap else []
     marks = high_water_marks(generated, adds, lambda add: _footer(table, add)) if generated else {}
     return _commit(table, snap, plan, adds, removes, mode, replace_where, app_id, app_version, marks)
@@ -234,7 +234,7 @@ def files_to_replace(spark: SparkSession, snap: Snapshot, replace_where: str | N
 
 
 # -- writing ------------------------------------------------------------------------------------------
-def _write_files(plan: WritePlan, table: DeltaTable, storage_options: dict[str, Any]) -> list[AddFile]:
+def write_table_files(plan: WritePlan, table: DeltaTable, storage_options: dict[str, Any]) -> list[AddFile]:
     """Spark's own Parquet writer where it can write the table's files (cheaper: rows never leave the JVM),
     else the ``mapInArrow`` writer; see ``native_write_blocker`` for when and why."""
     blocker = native_write_blocker(plan, table.store)

@@ -439,6 +439,43 @@ def test_progress_bar_redraws_only_visible_steps():
     assert silent.getvalue() == ""
 
 
+# -- restore --------------------------------------------------------------------------------------------
+def test_restore_to_a_version_and_a_timestamp(table: Path, capsys):
+    # The fixture's commits are dated 2024: older than the 7-day retention, so the default refuses.
+    code, _, err = run_main(capsys, "restore", str(table), "--version", "1")
+    assert code == 1
+    assert_one_line_error(err, "deletedFileRetentionDuration", "version 1")
+    assert DeltaTable(str(table)).version() == 3
+    result = run("restore", str(table), "--version", "1", "--no-enforce-retention", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["version"], doc["restored_version"]) == (4, 1)
+    assert delta_rs_files(table) == delta_rs_files(table, 1)
+    assert doc["metrics"]["numOfFilesAfterRestore"] == len(delta_rs_files(table, 1))
+    # 02:30 is after version 2 (02:00) and before version 3: version 2 it is.
+    code, out, _ = run_main(capsys, "restore", str(table), "--timestamp", "2024-01-01T02:30:00Z",
+                            "--no-enforce-retention")  # fmt: skip
+    assert code == 0 and "to version 2 as version 5" in out and "files restored" in out
+    assert delta_rs_files(table) == delta_rs_files(table, 2)
+
+
+def test_restore_refusals_are_one_line(table: Path, capsys):
+    code, _, err = run_main(capsys, "restore", str(table), "--version", "3")
+    assert code == 1
+    assert_one_line_error(err, "must be an earlier version")
+    code, _, err = run_main(capsys, "restore", str(table), "--version", "0", "--no-enforce-retention")
+    assert code == 0
+    gone = next(iter(set(delta_rs_files(table, 0)) - set(delta_rs_files(table, 3))))  # overwritten at v3
+    (table / gone).unlink()
+    code, _, err = run_main(capsys, "restore", str(table), "--version", "3", "--no-enforce-retention")
+    assert code == 0
+    code, _, err = run_main(capsys, "restore", str(table), "--version", "0", "--no-enforce-retention")
+    assert code == 1
+    assert_one_line_error(err, "gone from storage", gone)
+    code, _, err = run_main(capsys, "restore", str(table))
+    assert code == 2 and "--version" in err
+
+
 # -- errors ---------------------------------------------------------------------------------------------
 def test_not_a_table_is_exit_1_naming_the_path(tmp_path: Path, capsys):
     empty = tmp_path / "not-a-table"

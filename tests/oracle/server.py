@@ -173,6 +173,18 @@ def snapshot(path: str, version: int | None = None) -> dict[str, Any]:
 
 
 @api
+def files_read(path: str, predicates: list[str]) -> dict[str, Any]:
+    """How many of the latest version's files Delta Spark's data skipping keeps for each predicate (its own
+    ``filesForScan``: partition values and per-file statistics), and how many there are."""
+    snap = _snapshot(path, None)
+    counts = []
+    for predicate in predicates:
+        plan = spark.read.format("delta").load(path).where(predicate)._jdf.queryExecution().analyzed()
+        counts.append(snap.filesForScan(_seq([plan.condition()]), False).files().size())
+    return {"total": snap.allFiles().count(), "read": counts}
+
+
+@api
 def snapshots(path: str, versions: list[int]) -> list[dict[str, Any] | str]:
     """``snapshot`` of each version, or the first line of Delta Spark's error for it."""
     out: list[dict[str, Any] | str] = []

@@ -1,0 +1,145 @@
+"""OPTIMIZE on Spark: executors read and write, the driver commits; local[2] and the standalone cluster.
+
+Tables are written by the core (many small files, deletion vectors, column mapping); after OPTIMIZE the
+rows read by delta-kernel-rs (a reader that is not ours) are the rows before, the files are fewer, and
+the commit says what Delta Spark's would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
+
+from airflow_provider_delta.log import AddFile, DeltaTable, add_file_from_parquet
+from airflow_provider_delta.log.deletion_vectors import write_deletion_vectors
+from airflow_provider_delta.log.errors import ZOrderColumnError
+from airflow_provider_delta.spark import write
+from airflow_provider_delta.spark.optimize import optimize
+
+SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.int32()), ("y", pa.int32()), ("p", pa.string())])
+
+
+def _table(root: Path, files_per_partition: int, rows: int = 20, config: dict | None = None) -> DeltaTable:
+    """Small files in partitions a and b; x and y spread evenly, in random order (seeded)."""
+    table = DeltaTable.create(str(root), SCHEMA, partition_by=["p"], configuration=config)
+    rng = np.random.default_rng(5)
+    adds = []
+    for p in ("a", "b"):
+        for i in range(files_per_partition):
+            first = len(adds) * rows
+            rel = f"p={p}/part-{i:04d}.parquet"
+            (root / f"p={p}").mkdir(exist_ok=True)
+            pq.write_table(pa.table({
+                "id": pa.array(range(first, first + rows), pa.int64()),
+                "x": pa.array(rng.integers(0, 1000, rows), pa.int32()),
+                "y": pa.array(rng.integers(0, 1000, rows), pa.int32()),
+            }), root / rel)  # fmt: skip
+            adds.append(add_file_from_parquet(table, rel, {"p": p}))
+    table.transaction().add_files(adds).commit()
+    return table
+
+
+def kernel_rows(root: Path) -> list[tuple]:
+    """The rows as delta-kernel-rs reads them (deletion vectors applied), sorted."""
+    url = root.resolve().as_uri() + "/"
+    engine = PythonInterface(url)
+    t = ScanBuilder(Table(url).snapshot(engine)).build().execute(engine).read_all()
+    return sorted(zip(*(t.column(c).to_pylist() for c in ("id", "x", "y", "p")), strict=True))
+
+
+def test_compaction_on_spark_rewrites_small_files_into_one_per_partition(spark, tmp_path: Path):
+    table = _table(tmp_path / "t", 12)
+    before = kernel_rows(tmp_path / "t")
+    metrics = optimize(spark, table.uri)
+    assert kernel_rows(tmp_path / "t") == before
+    snap = table.snapshot()
+    assert snap.num_files == 2 and metrics.num_files_added == 2 and metrics.num_files_removed == 24
+    assert metrics.versions == [2] and metrics.partitions_optimized == 2 and metrics.num_bins == 2
+    info = table.history(1)[0].commit_info
+    assert info["operation"] == "OPTIMIZE" and info["isolationLevel"] == "SnapshotIsolation"
+    assert info["operationParameters"] == {"predicate": "[]", "zOrderBy": "[]", "clusterBy": "[]",
+                                           "auto": "false"}  # fmt: skip
+    assert info["operationMetrics"]["numAddedFiles"] == "2"
+    assert info["operationMetrics"]["numRemovedFiles"] == "24"
+    log = (tmp_path / "t" / "_delta_log" / f"{2:020d}.json").read_text().splitlines()
+    actions = [json.loads(line) for line in log[1:]]
+    assert all(not next(iter(a.values()))["dataChange"] for a in actions)
+    # Nothing left to do: a second OPTIMIZE commits nothing.
+    assert optimize(spark, table.uri).versions == []
+
+
+def test_deletion_vectors_are_applied_and_files_in_batches(spark, tmp_path: Path):
+    table = _table(tmp_path / "t", 3, config={"delta.enableDeletionVectors": "true"})
+    f = AddFile.from_dict(table.snapshot().files.to_pylist()[0])
+    [dv] = write_deletion_vectors(table.store.fs, table.store.root, [[0, 5, 7]])
+    table.transaction().remove_files([f]).add_files([dataclasses.replace(f, deletion_vector=dv.to_json())]
+                                                    ).commit("DELETE")  # fmt: skip
+    before = kernel_rows(tmp_path / "t")
+    assert len(before) == 6 * 20 - 3
+    metrics = optimize(spark, table.uri, batch_size=1)  # every bin its own commit
+    assert metrics.versions == [3, 4] and metrics.num_batches == 2
+    assert metrics.num_deletion_vectors_removed == 1
+    assert kernel_rows(tmp_path / "t") == before
+    assert table.snapshot().files.column("deletionVector").null_count == 2
+
+
+def test_zorder_on_spark_narrows_each_files_ranges(spark, tmp_path: Path):
+    table = _table(tmp_path / "t", 20, rows=200)
+    before = kernel_rows(tmp_path / "t")
+    size = int(pc.sum(table.snapshot().files.column("size")).as_py()) // 2  # per partition
+    metrics = optimize(spark, table.uri, zorder_by=["x", "y"], max_file_size=size // 4)
+    assert kernel_rows(tmp_path / "t") == before
+    assert metrics.zorder_stats["numOutputCubes"] == 2
+    files = table.snapshot().files
+    assert files.num_rows >= 6  # about 4 per partition: range partitioning may merge a sparse range
+    stats = [json.loads(s) for s in files.column("stats").to_pylist()]
+    # Each file holds a stretch of the Z-curve: together their boxes cover a fraction of what files of
+    # randomly ordered rows would (each about the whole 1000 x 1000 square).
+    areas = [(s["maxValues"]["x"] - s["minValues"]["x"]) * (s["maxValues"]["y"] - s["minValues"]["y"])
+             for s in stats]  # fmt: skip
+    assert sum(areas) < 0.7 * len(areas) * 1000 * 1000, areas
+    info = table.history(1)[0].commit_info
+    assert info["operationParameters"]["zOrderBy"] == '["x", "y"]'
+
+
+def test_column_mapping_tables_keep_their_physical_names(spark, tmp_path: Path):
+    config = {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2",
+              "delta.minWriterVersion": "5"}  # fmt: skip
+    root = tmp_path / "t"
+    table = DeltaTable.create(str(root), SCHEMA, partition_by=["p"], configuration=config)
+    for i in range(4):
+        rows = [(i * 10 + k, k, k, "a") for k in range(10)]
+        df = spark.createDataFrame(rows, "id long, x int, y int, p string")
+        write(df, table.uri)
+    before = kernel_rows(root)
+    optimize(spark, table.uri)
+    assert table.snapshot().num_files == 1
+    assert kernel_rows(root) == before
+    schema = pq.read_schema(root / table.snapshot().file_paths()[0])
+    assert not set(schema.names) & {"id", "x", "y"}  # physical names, not the logical ones
+
+
+def test_bad_zorder_column_writes_nothing(spark, tmp_path: Path):
+    table = _table(tmp_path / "t", 2)
+    files = sorted(p for p in (tmp_path / "t").rglob("*.parquet"))
+    with pytest.raises(ZOrderColumnError):
+        optimize(spark, table.uri, zorder_by=["p"])
+    assert sorted(p for p in (tmp_path / "t").rglob("*.parquet")) == files and table.version() == 1
+
+
+def test_a_failing_job_leaves_no_files(spark, tmp_path: Path):
+    table = _table(tmp_path / "t", 3)
+    victim = tmp_path / "t" / table.snapshot().file_paths()[-1]
+    victim.write_bytes(b"not parquet")
+    data = sorted(p for p in (tmp_path / "t").rglob("*.parquet"))
+    with pytest.raises(Exception, match="(?i)parquet|magic"):
+        optimize(spark, table.uri)
+    assert sorted(p for p in (tmp_path / "t").rglob("*.parquet")) == data and table.version() == 1
