@@ -36,13 +36,16 @@ os.environ.setdefault("DELTA_SHARED_DIR", os.path.join(os.path.dirname(__file__)
 
 # Airflow reads these when its configuration is first loaded; set them before any test imports airflow, so
 # that the tests run against a private AIRFLOW_HOME (SQLite metadata DB, dags folder) and never ~/airflow.
+# One home per pytest process: xdist's workers inherit the controller's environment, so the marker holds the
+# worker id ("main" without xdist) and a worker that finds another process's home makes its own.
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-if "PYTEST_AIRFLOW_HOME_SET" not in os.environ:
-    _home = tempfile.mkdtemp(prefix="airflow-home-")
+_process = os.environ.get("PYTEST_XDIST_WORKER", "main")
+if os.environ.get("PYTEST_AIRFLOW_HOME_SET") != _process:
+    _home = tempfile.mkdtemp(prefix=f"airflow-home-{_process}-")
     os.environ["AIRFLOW_HOME"] = _home
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_home, "dags")
     os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
-    os.environ["PYTEST_AIRFLOW_HOME_SET"] = "1"
+    os.environ["PYTEST_AIRFLOW_HOME_SET"] = _process
     os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 
 # Spark workers run this interpreter, so they import the provider and pyarrow from the same environment.
