@@ -36,13 +36,16 @@ os.environ.setdefault("DELTA_SHARED_DIR", os.path.join(os.path.dirname(__file__)
 
 # Airflow reads these when its configuration is first loaded; set them before any test imports airflow, so
 # that the tests run against a private AIRFLOW_HOME (SQLite metadata DB, dags folder) and never ~/airflow.
+# One home per pytest process: xdist's workers inherit the controller's environment, so the marker holds the
+# worker id ("main" without xdist) and a worker that finds another process's home makes its own.
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-if "PYTEST_AIRFLOW_HOME_SET" not in os.environ:
-    _home = tempfile.mkdtemp(prefix="airflow-home-")
+_process = os.environ.get("PYTEST_XDIST_WORKER", "main")
+if os.environ.get("PYTEST_AIRFLOW_HOME_SET") != _process:
+    _home = tempfile.mkdtemp(prefix=f"airflow-home-{_process}-")
     os.environ["AIRFLOW_HOME"] = _home
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_home, "dags")
     os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
-    os.environ["PYTEST_AIRFLOW_HOME_SET"] = "1"
+    os.environ["PYTEST_AIRFLOW_HOME_SET"] = _process
     os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 
 # Spark workers run this interpreter, so they import the provider and pyarrow from the same environment.
@@ -360,7 +363,12 @@ def request_counter(s3_server: S3Server) -> RequestLog:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator:
-    """Our Spark (the product's pyspark), local[2] with small shuffles, so it stays quick on two cores."""
+    """Our Spark (the product's pyspark), local[2] with small shuffles, so it stays quick on two cores.
+
+    1 GiB of heap: two xdist workers may each hold this session and an oracle's at once. The JIT stops at C1
+    (as the oracle's does): a test session's JVM lives minutes, too short for C2's compile time to pay back,
+    and C2 compiling cost a quarter of the CPU time of tests/spark (110 s against 83 s).
+    """
     from airflow_provider_delta.spark import spark_session
 
     session = spark_session(
@@ -369,6 +377,7 @@ def spark() -> Iterator:
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.driver.memory": "1g",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
             "spark.sql.session.timeZone": "UTC",
         },
     )

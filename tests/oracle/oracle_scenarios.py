@@ -224,7 +224,7 @@ class Scenario:
         try:
             for i, op in enumerate(self.ops):
                 text = getattr(self, f"op_{op}")(oracle)
-                self.version = oracle.call("snapshot", self.path)["version"]
+                self.version = oracle.call("latest_version", self.path)
                 self.log.append(f"step {i} {op} -> v{self.version}: {text}")
                 yield i, op, text
         finally:

@@ -145,6 +145,13 @@ def input_files(path: str, version: int | None = None) -> list[str]:
 
 
 @api
+def latest_version(path: str) -> int:
+    """The latest version, as ``snapshot(path)["version"]`` gives it, without collecting the snapshot's files,
+    app transactions and domains (three Spark jobs): what a scenario asks after each operation."""
+    return _snapshot(path, None).version()
+
+
+@api
 def snapshot(path: str, version: int | None = None) -> dict[str, Any]:
     """Delta Spark's own snapshot of ``version``: what the reference implementation reconstructs."""
     snap = _snapshot(path, version)
