@@ -7,6 +7,10 @@ SHELL := bash
 
 PYTHON ?= python3
 PYTEST_ARGS ?=
+# pytest-xdist processes for `make test` (0: one process). Files, not tests, are spread over them, so a
+# module's Spark session and fixtures live in one process; two fit two cores, as much of the suite waits on
+# JVMs, servers and subprocesses.
+TEST_WORKERS ?= 2
 
 # uv on PATH, else the copy that `pip install --user uv` left beside $(PYTHON) (often ~/.local/bin, which may
 # not be on PATH). Deferred (=) so that it is looked up after the uv target has run.
@@ -24,7 +28,7 @@ export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 .PHONY: test lint demo bench fuzz chaos sync uv clean distclean tools browser oracle
 
 test: lint tools oracle
-	$(UV_RUN) pytest $(PYTEST_ARGS)
+	$(UV_RUN) pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 lint: sync
 	$(UV_RUN) ruff check .

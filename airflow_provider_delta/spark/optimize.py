@@ -31,13 +31,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable
+from airflow_provider_delta.log.errors import UnsupportedFeatureError
 from airflow_provider_delta.log.optimize_commit import BatchResult, OptimizeMetrics, commit_batch, summarize
 from airflow_provider_delta.log.optimize_plan import Bin, OptimizePlan, plan_optimize
+from airflow_provider_delta.log.row_tracking import is_enabled
+from airflow_provider_delta.log.scan_file import ReadSpec
 from airflow_provider_delta.log.schema import column_mapping_mode
 from airflow_provider_delta.log.space_filling_curves import curve_keys, cut_keys, part_ids, range_boundaries
 
 from .data_files import WritePlan
-from .read import ScanSpec, scan_files
+from .read import scan_files
 from .schema import spark_schema_of
 from .session import default_parallelism
 from .write import write_table_files
@@ -71,8 +74,16 @@ def optimize(
     (clustered tables are clustered by their own columns). Arguments as ``DeltaTable.optimize``; returns
     Delta Spark's metrics and the versions committed (none when there was nothing to do)."""
     table = DeltaTable(table_uri, storage_options)
+    snapshot = table.snapshot()
+    if is_enabled(snapshot.protocol, snapshot.metadata):
+        # "Row Tracking": rewritten rows must keep their row ids and commit versions, which takes writing
+        # them into the materialized columns; until the rewrite does, refuse rather than renumber rows.
+        raise UnsupportedFeatureError(
+            f"table {table_uri} tracks row ids (delta.enableRowTracking): OPTIMIZE would give its rows new "
+            "ids, so it is refused; Delta Spark's OPTIMIZE keeps them", features=("rowTracking",),
+        )  # fmt: skip
     plan = plan_optimize(
-        table.snapshot(), partition_filter=partition_filter, zorder_by=zorder_by, min_file_size=min_file_size,
+        snapshot, partition_filter=partition_filter, zorder_by=zorder_by, min_file_size=min_file_size,
         max_file_size=max_file_size, max_deleted_rows_ratio=max_deleted_rows_ratio, batch_size=batch_size,
     )  # fmt: skip
     tracker = _Tracker(spark, plan, progress)
@@ -151,17 +162,19 @@ def bin_rows(
 
     md = plan.snapshot.metadata
     spark_schema = spark_schema_of(md.schema)
-    spec = ScanSpec(
-        table_uri=table_uri, storage_options=storage_options, schema=md.schema,
-        mode=column_mapping_mode(md.configuration), partition_columns=tuple(md.partition_columns),
-        output=to_arrow_schema(spark_schema, timezone="UTC"),
+    names = tuple(f["name"] for f in md.schema["fields"])
+    spec = ReadSpec(
+        schema=md.schema, mode=column_mapping_mode(md.configuration),
+        partition_columns=tuple(md.partition_columns), columns=names, read_columns=names,
+        storage_options=dict(storage_options),
     )  # fmt: skip
+    output = to_arrow_schema(spark_schema, timezone="UTC")
     tasks = files.select(_TASK_COLUMNS)
     slices = max(1, min(tasks.num_rows, 4 * default_parallelism(spark)))
     frame = spark.createDataFrame(tasks).repartition(slices)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return scan_files(batches, spec)
+        return scan_files(batches, table_uri, spec, output)
 
     return frame.mapInArrow(scan, spark_schema)
 

@@ -98,6 +98,6 @@ def scan_files(
     for batch in batches:
         for row in batch.to_pylist():
             task = FileTask(row["path"], dict(row["partitionValues"] or []), row["deletionVector"],
-                            row["baseRowId"], row["defaultRowCommitVersion"])
+                            row.get("baseRowId"), row.get("defaultRowCommitVersion"))
             for rows in read_data_file(task, spec, fs, root):
                 yield pa.RecordBatch.from_arrays(rows.columns, names=output.names).cast(output)
