@@ -31,7 +31,11 @@ from .segment import Checkpoint, LogSegment
 from .storage import FileMeta, LogStore
 
 _KEY_SEP = "\x00"  # separates path and deletion-vector id in a file's reconciliation key
-_MAX_CHUNKS = 64
+# Chunks the file list of an updated snapshot may have before it is compacted into one (a full copy): each
+# update adds a few (the new files, and the slices around the files it removed).
+_MAX_CHUNKS = 512
+# Up to this many rows are dropped by slicing around them (no copy of the others); more, by a filter.
+_MAX_SLICED = 64
 
 
 class CheckpointReadError(Exception):
@@ -277,11 +281,26 @@ def _concat(tables: list[pa.Table], target: pa.StructType, *, versioned: bool = 
 
 
 def _drop_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
-    """Rows whose key is not in ``keys``; no copy when none is (appends touch only new paths)."""
+    """Rows whose key is not in ``keys``. No copy when none is (appends touch only new paths), nor when a
+    few are (a commit that removes some of a million files): the rest is kept as slices of ``table``."""
     if table.num_rows == 0:
         return table
-    hit = pc.is_in(_keys(table), value_set=keys)
-    return table.filter(pc.invert(hit)) if pc.any(hit).as_py() else table
+    hit = pc.is_in(_chunked_keys(table), value_set=keys)
+    rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+    if len(rows) == 0:
+        return table
+    if len(rows) > _MAX_SLICED:
+        return table.filter(pc.invert(hit))
+    starts = np.concatenate([[0], rows + 1])
+    stops = np.concatenate([rows, [table.num_rows]])
+    pieces = [table.slice(a, b - a) for a, b in zip(starts.tolist(), stops.tolist(), strict=True) if b > a]
+    return pa.concat_tables(pieces) if pieces else table.slice(0, 0)
+
+
+def _chunked_keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """``_keys`` without first copying a big file list into one array when it has no deletion vectors."""
+    dv = table.column("deletionVector")
+    return table.column("path") if dv.null_count == len(dv) else _keys(table)
 
 
 def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
