@@ -1,6 +1,6 @@
 """Benchmarks of the Delta log core against deltalake; without a BENCH, every benchmark runs.
 
-Usage: ``python -m bench [BENCH] [--runs N] [--out DIR] [--data-dir DIR]``.
+Usage: ``python -m bench [BENCH] [--runs N] [--out DIR] [--data-dir DIR] [--scale F]``.
 
 A benchmark is a module of this package named in ``BENCHES`` with three functions: ``add_arguments(parser)``
 for its own options, ``run(args) -> dict`` (the parent side: tables, runs, printing) and ``prepare(impl,
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
 from . import measure
 
-BENCHES = ("read", "commit", "checkpoint", "vacuum", "spark", "scan")
+BENCHES = ("read", "update", "commit", "checkpoint", "vacuum", "spark", "scan")
 DEFAULT_DATA_DIR = Path("/tmp/airflow-provider-delta-bench")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # ignored by git
 
@@ -34,6 +35,12 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=DEFAULT_DATA_DIR,
         help=f"cache of generated tables (default {DEFAULT_DATA_DIR})",
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=None,
+        help="size factor of the generated tables for quick runs (BENCH_SCALE; default 1: recorded figures)",
     )
 
 
@@ -59,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     for args in runs:
         if args.runs < 1:
             parser.error("--runs must be at least 1")
+        if args.scale is not None:  # for the helper and child processes too
+            os.environ["BENCH_SCALE"] = f"{args.scale:g}"
         payload = args.module.run(args)
         path = measure.write_results(args.out, args.bench, {"runs": args.runs, **payload})
         print(f"{args.bench}: results written to {path}")

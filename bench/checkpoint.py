@@ -1,7 +1,10 @@
 """checkpoint: open a table of 1,000,000 live adds and write its checkpoint, ours against deltalake.
 
 - ours: ``DeltaTable(path).checkpoint()`` (a classic single-file checkpoint, then ``_last_checkpoint``);
-- deltalake: ``deltalake.DeltaTable(path).create_checkpoint()``.
+- deltalake: ``deltalake.DeltaTable(path).create_checkpoint()``;
+- floor: pyarrow alone reading the same files (``bench.floor``) and writing the checkpoint's add rows again.
+
+Both table shapes (``bench.tables``).
 
 The log is ``checkpoint_1m`` (see ``bench.tables``) plus one commit made when the benchmark starts that
 removes 1,000 checkpointed files: their tombstones are within the default 7-day retention, so a correct
@@ -29,14 +32,19 @@ if TYPE_CHECKING:
     from .tables import BenchTable
 
 TABLE = "checkpoint_1m"
-GOALS = {"wall_s": 1.0, "peak_delta_kib": 1.5}  # ours/deltalake, from the benchmark issue
-TITLE = "checkpoint: 1,000,000 adds (checkpoint + 51 JSON commits) to one classic checkpoint"
+SHAPES = ("narrow", "wide")  # bench.tables.SHAPES, not imported: it loads pyarrow
+GOALS = {"wall_s": 0.5, "peak_delta_kib": 0.5}  # ours/deltalake, from the performance issue
 TOMBSTONES = 1_000
 _COPY_PREFIX = "copy-"
 _ROOT = Path(__file__).resolve().parent.parent
 
 
+def title(shape: str, num_files: int) -> str:
+    return f"checkpoint ({shape}): {num_files:,} adds (checkpoint + 51 JSON commits) to one classic file"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", choices=SHAPES, action="append", help="only this shape (default: both)")
     parser.add_argument(
         "--keep", action="store_true", help="keep the checkpointed copies (default: deleted once verified)"
     )
@@ -105,6 +113,18 @@ def prepare(impl: str, template: str, base: str) -> Callable[[], dict[str, Any]]
             return {"version": dt.version(), "copy": path}
 
         return theirs
+    if impl == "floor":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from . import floor
+
+        def alone() -> dict[str, Any]:
+            adds, parsed = floor.read(path)
+            pq.write_table(pa.table({"add": pa.chunked_array(adds)}), f"{path}/_delta_log/floor.parquet")
+            return {"num_files": floor.count(adds, parsed), "copy": path}
+
+        return alone
     raise ValueError(f"unknown implementation {impl!r}")
 
 
@@ -170,13 +190,18 @@ def verify(writer: str, path: Path, expect: dict[str, int]) -> dict[str, int]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Runs; the runs, the template and the cross-checks are made by helper processes (``main``), so
     that memory this process ever used never shows in the children's figures (see ``isolated_compare``)."""
+    return {"tables": {shape: run_shape(args, shape) for shape in args.shape or SHAPES}}
+
+
+def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
     import statistics
 
     from . import measure, tables
 
+    name = TABLE if shape == "narrow" else f"{TABLE}-{shape}"
     env = measure.child_env(args.data_dir)
-    helper(["table", str(args.data_dir)], env)  # generated there if missing
-    source = tables.ensure_table(TABLE, args.data_dir)
+    helper(["table", str(args.data_dir), name], env)  # generated there if missing
+    source = tables.ensure_table(name, args.data_dir)
     base = Path(args.data_dir) / f"checkpoint-{uuid.uuid4().hex[:8]}"
     try:
         # Tombstones deleted "now", so that they are within the retention when the checkpoints are written.
@@ -186,20 +211,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          str(template), now_ms], env)  # fmt: skip
         runs_args = [str(template), str(base)]
         result = isolated_compare(
-            "checkpoint", runs_args, args.runs, {"version": expect["version"]}, args.data_dir
+            "checkpoint", runs_args, args.runs, {"version": expect["version"]}, args.data_dir, True
         )
         written: dict[str, list[dict[str, int]]] = {impl: [] for impl in measure.IMPLS}
-        for impl in measure.IMPLS:
+        for impl in measure.WITH_FLOOR:
             for sample in result["samples"][impl]:
                 copy = sample.pop("copy")
-                written[impl].append(helper(["verify", impl, copy, json.dumps(expect)], env))
+                if impl in written:
+                    written[impl].append(helper(["verify", impl, copy, json.dumps(expect)], env))
                 if not args.keep:
                     shutil.rmtree(copy)
     finally:
         if not args.keep:  # with the warm-up runs' copies
             shutil.rmtree(base, ignore_errors=True)
     sizes = {impl: statistics.median(w["bytes"] for w in written[impl]) for impl in measure.IMPLS}
-    print(measure.format_table(TITLE, result, GOALS))
+    heading = title(shape, source.num_files)
+    print(measure.format_table(heading, result, GOALS))
     print(
         f"\nchecked every run: the other implementation read version {expect['version']} and "
         f"{expect['num_files']:,} files from the checkpoint alone, which held {expect['tombstones']:,} "
@@ -208,11 +235,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         end="\n\n",
         flush=True,
     )
-    return {"title": TITLE, "goals": GOALS, **expect, "checkpoint_bytes": sizes, **result}
+    return {"title": heading, "goals": GOALS, **expect, "checkpoint_bytes": sizes, **result}
 
 
 def isolated_compare(
-    bench: str, args: list[str], runs: int, expect: dict[str, Any], data_dir: Path
+    bench: str, args: list[str], runs: int, expect: dict[str, Any], data_dir: Path, floor: bool = False
 ) -> dict[str, Any]:
     """``measure.compare`` run from a small helper process, not from this one.
 
@@ -222,7 +249,8 @@ def isolated_compare(
     """
     from . import measure
 
-    config = {"bench": bench, "args": args, "runs": runs, "expect": expect, "data_dir": str(data_dir)}
+    config = {"bench": bench, "args": args, "runs": runs, "expect": expect, "data_dir": str(data_dir),
+              "impls": measure.WITH_FLOOR if floor else measure.IMPLS}  # fmt: skip
     return helper(["compare", json.dumps(config)], measure.child_env(data_dir))
 
 
@@ -239,9 +267,9 @@ def helper(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    """Helper processes: ``compare CONFIG_JSON`` (see ``isolated_compare``), ``table DATA_DIR`` (generate
-    the table if missing), ``template SOURCE VERSION NUM_FILES DEST DELETION_MS`` (the log, and the facts
-    its checkpoint must hold) and ``verify WRITER COPY EXPECT_JSON`` (the cross-check)."""
+    """Helper processes: ``compare CONFIG_JSON`` (see ``isolated_compare``), ``table DATA_DIR NAME``
+    (generate the table if missing), ``template SOURCE VERSION NUM_FILES DEST DELETION_MS`` (the log,
+    and the facts its checkpoint must hold) and ``verify WRITER COPY EXPECT_JSON`` (the cross-check)."""
     from . import measure
 
     command, *rest = argv
@@ -250,10 +278,11 @@ def main(argv: list[str]) -> int:
     if command == "compare":
         config = json.loads(rest[0])
         answer = measure.compare(
-            config["bench"], config["args"], config["runs"], config["expect"], Path(config["data_dir"])
-        )
+            config["bench"], config["args"], config["runs"], config["expect"], Path(config["data_dir"]),
+            tuple(config["impls"]),
+        )  # fmt: skip
     elif command == "table":
-        table = tables.ensure_table(TABLE, Path(rest[0]))
+        table = tables.ensure_table(rest[1], Path(rest[0]))
         answer = {"path": str(table.path), "version": table.version, "num_files": table.num_files}
     elif command == "template":
         source, version, num_files, dest, deletion_ms = rest

@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "mapinarrow": args.mapinarrow}  # fmt: skip
     try:
         if not args.skip_checkpoint:
-            source = checkpoint.helper(["table", str(args.data_dir)], env)
+            source = checkpoint.helper(["table", str(args.data_dir), checkpoint.TABLE], env)
             template = base / "template"
             now_ms = str(int(time.time() * 1000))  # tombstones within the retention, as in bench.checkpoint
             argv = ["template", source["path"], str(source["version"]), str(source["num_files"])]

@@ -14,6 +14,18 @@ And one table with its data files, for VACUUM:
   a 16-byte file for every path in the log (live or removed) and 24,900 orphans never in the log: 100,000
   files, 50,000 of them unreferenced, all modified 30 days before 2026-01-01.
 
+Each comes in two shapes (``NAME`` and ``NAME-wide``), both partitioned by a string column with 100 values
+and with 56-character paths:
+
+- narrow: stats of 3 data columns (``id``, ``value``, ``name``), null fields left out of the JSON;
+- wide: stats of 5 data columns (``ts`` and ``qty`` besides), and the add fields delta-rs writes spelt out as
+  nulls (``tags``, ``deletionVector``, ``baseRowId``, ``defaultRowCommitVersion``, ``clusteringProvider``),
+  in the commits and in the checkpoint; its VACUUM table has no tombstones, and 49,900 orphans instead.
+
+``BENCH_SCALE`` (an environment variable; ``python -m bench --scale``) multiplies the sizes (files, commits)
+for quick runs: ``0.1`` makes a checkpoint of 100,000 adds and 1,000 JSON commits. The recorded figures are
+taken at scale 1.
+
 A table is generated in a temporary folder, checked with deltalake (it must open the table and count the
 files we expect), and only then renamed into place, so a half-written table is never reused.
 """
@@ -39,6 +51,16 @@ _MARKER = "_bench_table.json"
 _NOW_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that every generation writes the same log
 _PARTITIONS = 100
 _SEED = 20260101
+SHAPES = ("narrow", "wide")
+
+
+def scale() -> float:
+    """The size factor of generated tables (``BENCH_SCALE``, default 1)."""
+    return float(os.environ.get("BENCH_SCALE", "1"))
+
+
+def scaled(n: int) -> int:
+    return max(1, round(n * scale()))
 
 STRING_MAP = pa.map_(pa.string(), pa.string())
 ADD = pa.struct(
@@ -76,24 +98,51 @@ METADATA = pa.struct(
 )
 PROTOCOL = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
 TXN = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
-
-_SCHEMA_STRING = json.dumps(
-    {
-        "type": "struct",
-        "fields": [
-            {"name": n, "type": t, "nullable": True, "metadata": {}}
-            for n, t in (("id", "long"), ("value", "double"), ("name", "string"), ("region", "string"))
-        ],
-    }
+DELETION_VECTOR = pa.struct(
+    [
+        ("storageType", pa.string()),
+        ("pathOrInlineDv", pa.string()),
+        ("offset", pa.int32()),
+        ("sizeInBytes", pa.int32()),
+        ("cardinality", pa.int64()),
+    ]
 )
-_METADATA = {
-    "id": "5fba94ed-9794-4965-ba6e-6ee3c0d22af9",
-    "format": {"provider": "parquet", "options": {}},
-    "schemaString": _SCHEMA_STRING,
-    "partitionColumns": ["region"],
-    "configuration": {},
-    "createdTime": _NOW_MS - 86_400_000 * 365,
-}
+# The add fields delta-rs writes as explicit nulls, in JSON and in its checkpoints.
+WIDE_ADD = pa.struct(
+    list(ADD)
+    + [
+        ("deletionVector", DELETION_VECTOR),
+        ("baseRowId", pa.int64()),
+        ("defaultRowCommitVersion", pa.int64()),
+        ("clusteringProvider", pa.string()),
+    ]
+)
+
+_COLUMNS = {
+    "narrow": (("id", "long"), ("value", "double"), ("name", "string"), ("region", "string")),
+    "wide": (
+        ("id", "long"), ("value", "double"), ("name", "string"), ("ts", "timestamp"), ("qty", "integer"),
+        ("region", "string"),
+    ),
+}  # fmt: skip
+
+
+def _schema_string(shape: str) -> str:
+    fields = [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in _COLUMNS[shape]]
+    return json.dumps({"type": "struct", "fields": fields})
+
+
+def _metadata(shape: str) -> dict:
+    return {
+        "id": "5fba94ed-9794-4965-ba6e-6ee3c0d22af9",
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": _schema_string(shape),
+        "partitionColumns": ["region"],
+        "configuration": {},
+        "createdTime": _NOW_MS - 86_400_000 * 365,
+    }
+
+
 _PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 2}
 _REGIONS = [f"r{i:03d}" for i in range(_PARTITIONS)]
 
@@ -161,7 +210,43 @@ def _stats(rng: np.random.Generator, n: int) -> pa.Array:
     )  # fmt: skip
 
 
-def _adds(rng: np.random.Generator, n: int) -> pa.StructArray:
+def _stats_wide(rng: np.random.Generator, n: int) -> pa.Array:
+    """The stats of the wide shape: ``_stats``'s columns and a timestamp ``ts`` and an integer ``qty``."""
+
+    def text(values: np.ndarray | pa.Array) -> pa.Array:
+        return pc.cast(pa.array(values), pa.string())
+
+    def iso(ms: np.ndarray) -> pa.Array:
+        return pc.strftime(pa.array(ms, pa.timestamp("ms", "UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+
+    records = rng.integers(1_000, 2_000_000, n)
+    lo_id = rng.integers(0, 1 << 40, n)
+    lo_val = pc.round(pa.array(rng.random(n) * 1000), 2)
+    hi_val = pc.round(pc.add(lo_val, pa.array(rng.random(n) * 1000)), 2)
+    lo_name, hi_name = np.sort(rng.integers(0, 1_000_000, (2, n)), axis=0)
+    lo_ts = _NOW_MS - rng.integers(86_400_000, 86_400_000 * 365, n)
+    lo_qty, hi_qty = np.sort(rng.integers(-1000, 100_000, (2, n)), axis=0)
+    return pc.binary_join_element_wise(
+        '{"numRecords":', text(records),
+        ',"minValues":{"id":', text(lo_id),
+        ',"value":', text(lo_val),
+        ',"name":"name_', text(lo_name),
+        '","ts":"', iso(lo_ts),
+        '","qty":', text(lo_qty),
+        '},"maxValues":{"id":', text(lo_id + records),
+        ',"value":', text(hi_val),
+        ',"name":"name_', text(hi_name),
+        '","ts":"', iso(lo_ts + rng.integers(0, 86_400_000, n)),
+        '","qty":', text(hi_qty),
+        '},"nullCount":{"id":0,"value":', text(rng.integers(0, 100, n)),
+        ',"name":', text(rng.integers(0, 10, n)),
+        ',"ts":', text(rng.integers(0, 10, n)),
+        ',"qty":0}}',
+        "",
+    )  # fmt: skip
+
+
+def _adds(rng: np.random.Generator, n: int, shape: str = "narrow") -> pa.StructArray:
     regions = rng.integers(0, _PARTITIONS, n)
     region_names = pa.array(_REGIONS).take(pa.array(regions))
     partition_values = pa.MapArray.from_arrays(
@@ -169,18 +254,18 @@ def _adds(rng: np.random.Generator, n: int) -> pa.StructArray:
         pa.array(["region"]).take(pa.array(np.zeros(n, np.int32))),
         region_names,
     )
-    return pa.StructArray.from_arrays(
-        [
-            _paths(rng, regions),
-            partition_values,
-            pa.array(rng.integers(1 << 20, 128 << 20, n)),
-            pa.array(_NOW_MS - rng.integers(0, 86_400_000 * 365, n)),
-            pa.array(np.ones(n, dtype=bool)),
-            _stats(rng, n),
-            pa.nulls(n, STRING_MAP),
-        ],
-        fields=list(ADD),
-    )
+    columns = [
+        _paths(rng, regions),
+        partition_values,
+        pa.array(rng.integers(1 << 20, 128 << 20, n)),
+        pa.array(_NOW_MS - rng.integers(0, 86_400_000 * 365, n)),
+        pa.array(np.ones(n, dtype=bool)),
+        (_stats_wide if shape == "wide" else _stats)(rng, n),
+        pa.nulls(n, STRING_MAP),
+    ]
+    if shape == "wide":
+        columns += [pa.nulls(n, f.type) for f in list(WIDE_ADD)[len(ADD) :]]
+    return pa.StructArray.from_arrays(columns, fields=list(WIDE_ADD if shape == "wide" else ADD))
 
 
 def _removes(rng: np.random.Generator, n: int) -> pa.StructArray:
@@ -205,12 +290,13 @@ def _column(values: pa.Array, before: int, total: int) -> pa.Array:
     return pa.concat_arrays([pa.nulls(before, values.type), values, pa.nulls(after, values.type)])
 
 
-def write_checkpoint(log_dir: Path, version: int, adds: pa.StructArray, removes: pa.StructArray) -> int:
+def write_checkpoint(
+    log_dir: Path, version: int, adds: pa.StructArray, removes: pa.StructArray, shape: str = "narrow"
+) -> int:
     """Write ``version``'s classic checkpoint and ``_last_checkpoint`` ("Checkpoints"); returns its size."""
     protocol = pa.array([_PROTOCOL], PROTOCOL)
-    metadata = pa.array(
-        [{**_METADATA, "format": {"provider": "parquet", "options": []}, "configuration": []}], METADATA
-    )
+    plain = {**_metadata(shape), "format": {"provider": "parquet", "options": []}, "configuration": []}
+    metadata = pa.array([plain], METADATA)
     txn = pa.array([{"appId": "nightly-ingest", "version": version, "lastUpdated": _NOW_MS}], TXN)
     total = 3 + len(removes) + len(adds)
     table = pa.table(
@@ -231,12 +317,13 @@ def write_checkpoint(log_dir: Path, version: int, adds: pa.StructArray, removes:
 
 
 def _json_adds(adds: pa.StructArray) -> list[str]:
+    """One JSON line per add; null fields are left out, except those delta-rs spells out (wide shape)."""
+    spelt_out = {f.name for f in list(WIDE_ADD)[len(ADD) :]} | {"tags"} if adds.type == WIDE_ADD else set()
     lines = []
     for body in adds.to_pylist():
         body["partitionValues"] = dict(body["partitionValues"])
-        lines.append(
-            json.dumps({"add": {k: v for k, v in body.items() if v is not None}}, separators=(",", ":"))
-        )
+        kept = {k: v for k, v in body.items() if v is not None or k in spelt_out}
+        lines.append(json.dumps({"add": kept}, separators=(",", ":")))
     return lines
 
 
@@ -270,29 +357,34 @@ def _write_commit(log_dir: Path, version: int, lines: list[str]) -> None:
     (log_dir / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
 
 
-def build_checkpoint_table(root: Path, num_adds: int = 1_000_000, commits: int = 50) -> tuple[int, int]:
+def build_checkpoint_table(
+    root: Path, num_adds: int = 1_000_000, commits: int = 50, shape: str = "narrow"
+) -> tuple[int, int]:
     """Returns (latest version, live files)."""
     rng = np.random.default_rng(_SEED)
     log_dir = root / "_delta_log"
     log_dir.mkdir(parents=True)
     cp_version = 1_000  # the commits before it were cleaned up, as on any long-lived table
-    adds = _adds(rng, num_adds)
-    write_checkpoint(log_dir, cp_version, adds, _removes(rng, 1_000))
+    adds = _adds(rng, num_adds, shape)
+    write_checkpoint(log_dir, cp_version, adds, _removes(rng, 1_000), shape)
     gone = rng.choice(num_adds, size=(commits, 3), replace=False)
     for i in range(commits):
         removes = _json_removes(adds.take(pa.array(gone[i])), deletion_timestamp=_NOW_MS + i)
-        lines = [_commit_info(cp_version + 1 + i, "WRITE"), *_json_adds(_adds(rng, 10)), *removes]
+        new = _json_adds(_adds(rng, 10, shape))
+        lines = [_commit_info(cp_version + 1 + i, "WRITE"), *new, *removes]
         _write_commit(log_dir, cp_version + 1 + i, lines)
     return cp_version + commits, num_adds + commits * (10 - 3)
 
 
-def build_json_table(root: Path, commits: int = 10_000, adds_per_commit: int = 10) -> tuple[int, int]:
+def build_json_table(
+    root: Path, commits: int = 10_000, adds_per_commit: int = 10, shape: str = "narrow"
+) -> tuple[int, int]:
     """Returns (latest version, live files)."""
     rng = np.random.default_rng(_SEED + 1)
     log_dir = root / "_delta_log"
     log_dir.mkdir(parents=True)
-    adds = _json_adds(_adds(rng, commits * adds_per_commit))
-    head = [json.dumps({"protocol": _PROTOCOL}), json.dumps({"metaData": _METADATA})]
+    adds = _json_adds(_adds(rng, commits * adds_per_commit, shape))
+    head = [json.dumps({"protocol": _PROTOCOL}), json.dumps({"metaData": _metadata(shape)})]
     for v in range(commits):
         first = v * adds_per_commit
         lines = [_commit_info(v, "WRITE"), *adds[first : first + adds_per_commit]]
@@ -320,22 +412,28 @@ def _touch(root: Path, paths: list[str], mtime_s: float) -> None:
 
 
 def build_vacuum_table(
-    root: Path, live: int = 50_000, tombstones: int = 25_000, orphans: int = 24_900, commits: int = 10
+    root: Path,
+    live: int = 50_000,
+    tombstones: int = 25_000,
+    orphans: int = 24_900,
+    commits: int = 10,
+    shape: str = "narrow",
 ) -> tuple[int, int]:
-    """Returns (latest version, live files); ``VACUUM_FILES`` files on disk, half of them unreferenced."""
+    """Returns (latest version, live files); ``live + tombstones + orphans + 10 * commits`` files on disk,
+    ``tombstones + orphans + 10 * commits`` of them unreferenced."""
     rng = np.random.default_rng(_SEED + 2)
     log_dir = root / "_delta_log"
     log_dir.mkdir(parents=True)
     cp_version = 100
-    adds = _adds(rng, live)
+    adds = _adds(rng, live, shape)
     removes = _removes(rng, tombstones)
-    write_checkpoint(log_dir, cp_version, adds, removes)
+    write_checkpoint(log_dir, cp_version, adds, removes, shape)
     gone = rng.choice(live, size=(commits, 10), replace=False)
     paths = adds.field("path").to_pylist() + removes.field("path").to_pylist()
     # VACUUM START/END commits on, as deltalake always writes them (Delta Spark: vacuum.logging.enabled).
-    logged = {**_METADATA, "configuration": {"delta.vacuum.logging.enabled": "true"}}
+    logged = {**_metadata(shape), "configuration": {"delta.vacuum.logging.enabled": "true"}}
     for i in range(commits):  # each commit replaces 10 checkpointed files with 10 new ones
-        new = _adds(rng, 10)
+        new = _adds(rng, 10, shape)
         removed = _json_removes(adds.take(pa.array(gone[i])), deletion_timestamp=_NOW_MS + i)
         head = [json.dumps({"metaData": logged})] if i == 0 else []
         lines = [_commit_info(cp_version + 1 + i, "WRITE"), *head, *_json_adds(new), *removed]
@@ -346,13 +444,25 @@ def build_vacuum_table(
     return cp_version + commits, live
 
 
-VACUUM_FILES = 100_000  # data files build_vacuum_table leaves on disk with its defaults
+def _vacuum_sizes(shape: str) -> dict[str, int]:
+    """50,000 live files and 50,000 unreferenced ones, at scale 1."""
+    live = scaled(50_000)
+    tombstones = 0 if shape == "wide" else scaled(25_000)
+    commits = 10 if live >= 1_000 else 1
+    return {"live": live, "tombstones": tombstones, "orphans": live - tombstones - 10 * commits,
+            "commits": commits}  # fmt: skip
 
-BUILDERS: dict[str, Callable[[Path], tuple[int, int]]] = {
-    "checkpoint_1m": build_checkpoint_table,
-    "json_10k": build_json_table,
-    "vacuum_100k": build_vacuum_table,
+
+BUILDERS: dict[str, Callable[[Path, str], tuple[int, int]]] = {
+    "checkpoint_1m": lambda root, shape: build_checkpoint_table(root, scaled(1_000_000), shape=shape),
+    "json_10k": lambda root, shape: build_json_table(root, scaled(10_000), shape=shape),
+    "vacuum_100k": lambda root, shape: build_vacuum_table(root, **_vacuum_sizes(shape), shape=shape),
 }
+
+
+def table_names(base: str) -> tuple[str, ...]:
+    """``base`` in both shapes: ``checkpoint_1m``, ``checkpoint_1m-wide``."""
+    return (base, f"{base}-wide")
 
 
 # -- cache and verification -------------------------------------------------------------------------------
@@ -370,7 +480,9 @@ def verify_with_deltalake(path: Path, version: int, num_files: int) -> None:
 
 def ensure_table(name: str, data_dir: Path) -> BenchTable:
     """The cached table ``name``, generated and verified first if missing."""
-    path = data_dir / f"{name}-v{GENERATOR_VERSION}"
+    base, _, shape = name.partition("-")
+    suffix = "" if scale() == 1 else f"-x{scale():g}"
+    path = data_dir / f"{name}-v{GENERATOR_VERSION}{suffix}"
     marker = path / _MARKER
     if marker.exists():
         facts = json.loads(marker.read_text())
@@ -379,7 +491,7 @@ def ensure_table(name: str, data_dir: Path) -> BenchTable:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        version, num_files = BUILDERS[name](tmp)
+        version, num_files = BUILDERS[base](tmp, shape or "narrow")
         verify_with_deltalake(tmp, version, num_files)
         (tmp / _MARKER).write_text(json.dumps({"version": version, "num_files": num_files}))
         shutil.rmtree(path, ignore_errors=True)

@@ -2,7 +2,10 @@
 
 - ours: ``DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=...)``;
 - deltalake: ``deltalake.DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False,
-  dry_run=..., full=True)`` (FULL: every unreferenced file, as ours and Delta Spark's VACUUM do).
+  dry_run=..., full=True)`` (FULL: every unreferenced file, as ours and Delta Spark's VACUUM do);
+- floor: pyarrow alone reading the paths of adds, a walk of the folders, the difference (``_floor``).
+
+Both table shapes (``bench.tables``; the wide one has 49,900 orphans and no tombstones).
 
 The table is ``vacuum_100k`` (see ``bench.tables``): 50,000 live files, 25,100 tombstoned and 24,900
 orphans, all 30 days old. A deleting run works on a fresh copy (the log copied, data files hard-linked, so
@@ -25,18 +28,22 @@ from pathlib import Path
 from typing import Any
 
 TABLE = "vacuum_100k"
-GOALS = {"wall_s": 1.0, "peak_delta_kib": 1.5}  # ours/deltalake, from the benchmark issue
+SHAPES = ("narrow", "wide")  # bench.tables.SHAPES, not imported: it loads pyarrow
+GOALS = {"wall_s": 0.7, "peak_delta_kib": 1.0}  # ours/deltalake, from the performance issue
 MODES = ("delete", "dry_run")
-TITLES = {
-    "delete": "vacuum: 100,000 files on local disk, 50,000 unreferenced, deleted",
-    "dry_run": "vacuum, dry run: the same table, the 50,000 unreferenced files listed only",
-}
+
+
+def title(mode: str, shape: str, live: int, doomed: int) -> str:
+    if mode == "delete":
+        return f"vacuum ({shape}): {live + doomed:,} files on local disk, {doomed:,} unreferenced, deleted"
+    return f"vacuum ({shape}), dry run: the same table, the {doomed:,} unreferenced files listed only"
 _COPY_PREFIX = "copy-"
 _ROOT = Path(__file__).resolve().parent.parent
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=MODES, action="append", help="only this mode (default: both)")
+    parser.add_argument("--shape", choices=SHAPES, action="append", help="only this shape (default: both)")
 
 
 def _copy(table: Path, base: Path, impl: str) -> Path:
@@ -68,7 +75,34 @@ def _vacuum(impl: str, path: str, dry_run: bool) -> Callable[[], list[str]]:
             return dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=dry_run, full=True)
 
         return theirs
+    if impl == "floor":
+        return lambda: _floor(path, dry_run)
     raise ValueError(f"unknown implementation {impl!r}")
+
+
+def _floor(path: str, dry_run: bool) -> list[str]:
+    """pyarrow alone: every path an add names (checkpoint and commits, nothing reconciled), the files on
+    disk outside hidden folders, the difference, deleted unless ``dry_run``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from . import floor
+
+    adds, parsed = floor.read(path, columns=["add.path"])
+    keep = [a.field("path") for a in adds]
+    if parsed is not None and "add" in parsed.column_names:
+        keep.append(pc.struct_field(parsed.column("add"), "path").combine_chunks().drop_null())
+    on_disk = []
+    for folder, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        rel = os.path.relpath(folder, path)
+        on_disk.extend(f if rel == "." else f"{rel}/{f}" for f in files if not f.startswith(("_", ".")))
+    listed = pa.array(on_disk, pa.string())
+    doomed = listed.filter(pc.invert(pc.is_in(listed, value_set=pa.concat_arrays(keep)))).to_pylist()
+    if not dry_run:
+        for rel in doomed:
+            os.unlink(os.path.join(path, rel))
+    return doomed
 
 
 # -- child side -------------------------------------------------------------------------------------------
@@ -136,12 +170,17 @@ def check_left(table: Path, copy: Path, doomed: set[str]) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Runs; the runs and the checks are made by helper processes, so that memory this process ever used
     never shows in the children's figures (see ``bench.checkpoint.isolated_compare``)."""
+    return {"tables": {shape: run_shape(args, shape) for shape in args.shape or SHAPES}}
+
+
+def run_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
     from . import measure, tables
     from .checkpoint import isolated_compare
 
+    name = TABLE if shape == "narrow" else f"{TABLE}-{shape}"
     env = measure.child_env(args.data_dir)
-    helper(["table", str(args.data_dir)], env)  # generated there if missing
-    table = tables.ensure_table(TABLE, args.data_dir).path
+    helper(["table", str(args.data_dir), name], env)  # generated there if missing
+    table = tables.ensure_table(name, args.data_dir).path
     log_before = sorted(os.listdir(table / "_delta_log"))
     base = Path(args.data_dir) / f"vacuum-{uuid.uuid4().hex[:8]}"
     base.mkdir(parents=True)
@@ -151,13 +190,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for mode in args.mode or MODES:
             expect = {"num_files": counts["doomed"]}
             result = isolated_compare(
-                "vacuum", [str(table), str(base), mode], args.runs, expect, args.data_dir
+                "vacuum", [str(table), str(base), mode], args.runs, expect, args.data_dir, True
             )
-            copies = [s.pop("copy") for impl in measure.IMPLS for s in result["samples"][impl]]
+            copies = [s.pop("copy") for impl in measure.WITH_FLOOR for s in result["samples"][impl]]
             if mode == "delete":
-                helper(["left", str(table), *copies], env)
-            print(measure.format_table(TITLES[mode], result, GOALS), end="\n\n", flush=True)
-            results[mode] = {"title": TITLES[mode], "goals": GOALS, **expect, **result}
+                helper(["left", str(table), *copies[: -len(result["samples"]["floor"])]], env)
+            heading = title(mode, shape, counts["live"], counts["doomed"])
+            print(measure.format_table(heading, result, GOALS), end="\n\n", flush=True)
+            results[mode] = {"title": heading, "goals": GOALS, **expect, **result}
             for stale in base.glob(f"{_COPY_PREFIX}*"):  # with the warm-up runs' copies
                 shutil.rmtree(stale)
     finally:
@@ -180,14 +220,14 @@ def helper(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    """Helper processes: ``table DATA_DIR`` (generate the table if missing), ``names TABLE BASE`` (both
+    """Helper processes: ``table DATA_DIR NAME`` (generate the table if missing), ``names TABLE BASE`` (both
     implementations name the unreferenced files, dry run and deleting) and ``left TABLE COPY...`` (each
     deleting run's copy holds exactly the live files)."""
     command, table, *rest = argv
     if command == "table":
         from .tables import ensure_table
 
-        print(json.dumps({"path": str(ensure_table(TABLE, Path(table)).path)}))
+        print(json.dumps({"path": str(ensure_table(rest[0], Path(table)).path)}))
         return 0
     doomed = expected_doomed(Path(table))
     if command == "names":

@@ -13,13 +13,76 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
+# pyarrow imports pandas the first time it converts Python or numpy values (``pa.array``, ``pa.scalar``, a
+# Python number or string given to a compute function, ``ChunkedArray.to_numpy``): about 45 MiB and 0.15 s,
+# more than reading a small table costs. The core builds its arrays from buffers instead, and passes compute
+# functions Arrow scalars, so it never loads pandas itself.
+def from_numpy(values: np.ndarray) -> pa.Array:
+    """A 1-d numpy array of numbers or booleans as Arrow (zero-copy for numbers), without pandas."""
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def from_strings(values: list[str]) -> pa.Array:
+    """A list of Python strings as an Arrow string array, without pandas."""
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    kind, offsets = (
+        (pa.string(), offsets.astype(np.int32)) if offsets[-1] < 2**31 else (pa.large_string(), offsets)
+    )
+    data = pa.py_buffer(b"".join(encoded))
+    return pa.Array.from_buffers(kind, len(encoded), [None, pa.py_buffer(offsets), data]).cast(pa.string())
+
+
+def int64_scalar(value: int) -> pa.Scalar:
+    """An Arrow int64 scalar, for compute functions (a Python int would be converted through pandas)."""
+    return from_numpy(np.array([value], dtype=np.int64))[0]
+
+
+FALSE = from_numpy(np.zeros(1, dtype=np.bool_))[0]
+EMPTY_STRING = from_strings([""])[0]
+
+
+def single(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One array for a column: the chunk itself when there is one (no copy), an empty array when there is
+    none (``combine_chunks`` of no chunks loads pandas)."""
+    if not isinstance(values, pa.ChunkedArray):
+        return values
+    if values.num_chunks == 0:
+        return pa.nulls(0, values.type)
+    return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows (``Schema.empty_table`` loads pandas)."""
+    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
+
+
+def to_numpy(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A numeric array without nulls as numpy (a view of its buffer), without pandas (``to_numpy`` may
+    load it)."""
+    values = single(values)
+    dtype = np.dtype(values.type.to_pandas_dtype())
+    return np.frombuffer(
+        values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize
+    )
+
+
+def true_rows(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The positions where a boolean array is true (null counts as false), as int64 numpy, without pandas."""
+    return to_numpy(pc.indices_nonzero(mask)).astype(np.int64)
+
+
 def conform(arr: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array:
     """Reshape ``arr`` to ``target`` by field name: missing fields become null, extra ones are dropped.
 
     Different writers put different subsets of fields in checkpoints and commits; replay needs one shape.
     """
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    arr = single(arr)
     if arr.type.equals(target):
         return arr
     if pa.types.is_struct(target):
@@ -52,47 +115,46 @@ def struct_to_map(arr: pa.StructArray, *, drop_nulls: bool) -> pa.MapArray:
     """
     n = len(arr)
     k = arr.type.num_fields
-    row_valid = (
-        np.ones(n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
-    )
+    row_valid = np.ones(n, dtype=bool)
+    if arr.null_count:
+        row_valid[true_rows(arr.is_null())] = False
     if k == 0:
-        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
+        offsets = from_numpy(np.zeros(n + 1, dtype=np.int32))
         empty = pa.array([], pa.string())
-        return pa.MapArray.from_arrays(offsets, empty, empty, mask=pa.array(~row_valid))
+        return pa.MapArray.from_arrays(offsets, empty, empty, mask=from_numpy(~row_valid))
     names = [arr.type.field(i).name for i in range(k)]
     values = [arr.field(i).cast(pa.string()) for i in range(k)]
     # entry (row i, key j) sits at j*n + i in the concatenation of the children
     flat_values = pa.concat_arrays(values)
-    flat_keys = pa.array(np.repeat(np.array(names, dtype=object), n), pa.string())
+    flat_keys = from_strings(names).take(from_numpy(np.repeat(np.arange(k, dtype=np.int64), n)))
     order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
     keep = np.repeat(row_valid, k)
     if drop_nulls:
-        keep &= flat_values.is_valid().to_numpy(zero_copy_only=False)[order]
+        valid = np.zeros(n * k, dtype=bool)
+        valid[true_rows(flat_values.is_valid())] = True
+        keep &= valid[order]
     order = order[keep]
     counts = keep.reshape(n, k).sum(axis=1)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    idx = pa.array(order)
+    idx = from_numpy(order)
     return pa.MapArray.from_arrays(
-        pa.array(offsets), flat_keys.take(idx), flat_values.take(idx), mask=pa.array(~row_valid)
+        from_numpy(offsets), flat_keys.take(idx), flat_values.take(idx), mask=from_numpy(~row_valid)
     )
 
 
 def _map_matching(strings: pa.Array, matches: pa.Array, fn: Callable[[str], str]) -> pa.Array:
     """Apply ``fn`` to the rows where ``matches`` holds, in Python; the rest stay Arrow, zero-copy when
     no row matches (the common case for paths)."""
-    if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks()
-    if isinstance(matches, pa.ChunkedArray):
-        matches = matches.combine_chunks()
-    matches = pc.fill_null(matches, False)
-    if not pc.any(matches).as_py():
+    strings, matches = single(strings), single(matches)
+    positions = true_rows(matches)
+    if not len(positions):
         return strings
-    positions = np.flatnonzero(matches.to_numpy(zero_copy_only=False))
-    changed = [fn(s) for s in strings.take(pa.array(positions)).to_pylist()]
-    out = strings.to_numpy(zero_copy_only=False).copy()
-    out[positions] = changed
-    return pa.array(out, pa.string())
+    changed = [fn(s) for s in strings.take(from_numpy(positions)).to_pylist()]
+    out = strings.to_pylist()
+    for i, value in zip(positions.tolist(), changed, strict=True):
+        out[i] = value
+    return from_strings(out)
 
 
 def decode_uri_paths(paths: pa.Array) -> pa.Array:

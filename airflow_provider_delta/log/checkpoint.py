@@ -12,12 +12,13 @@ import io
 import logging
 import math
 import uuid
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
+from .actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP, Metadata
 from .arguments import int_arg
 from .arrow_utils import encode_uri_paths
 from .errors import CorruptLogError
@@ -69,12 +70,9 @@ SIDECAR_T = pa.struct(
     ]
 )
 _REMOVE_FIELDS = [f for f in REMOVE if f.name != "stats"]  # tombstones carry no stats in checkpoints
-
-
-def _column(values: pa.Array, before: int, after: int) -> pa.ChunkedArray:
-    """``values`` placed on its rows of the checkpoint, null on the others."""
-    parts = [pa.nulls(before, values.type), values, pa.nulls(after, values.type)]
-    return pa.chunked_array([p for p in parts if len(p)], type=values.type)
+_COLUMN_ORDER = ("txn", "add", "remove", "metaData", "protocol", "domainMetadata")  # as Delta Spark's
+# File actions per batch (and Parquet row group) of a streamed checkpoint: about 40 MB of adds with stats.
+_BATCH_ROWS = 131_072
 
 
 def _small_actions(state: TableState) -> dict[str, pa.Array]:
@@ -100,11 +98,11 @@ def _file_struct(table: pa.Table, fields: list[pa.Field], extra: dict[str, pa.Ar
     arrays = []
     names = []
     for f in fields:
-        col = (
-            table.column(f.name).combine_chunks()
-            if f.name in table.column_names
-            else pa.nulls(len(table), f.type)
-        )
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        else:
+            col = pa.nulls(len(table), f.type)
         if f.name == "path":
             col = encode_uri_paths(col)  # the log stores URIs ("Add File and Remove File")
         if f.name == "deletionVector":
@@ -117,8 +115,7 @@ def _file_struct(table: pa.Table, fields: list[pa.Field], extra: dict[str, pa.Ar
     return pa.StructArray.from_arrays(arrays, names=names)
 
 
-def _add_struct(state: TableState) -> pa.StructArray:
-    md, files = state.metadata, state.files
+def _add_struct(md: Metadata, files: pa.Table) -> pa.StructArray:
     cfg = md.configuration
     as_json = bool_property(cfg, "delta.checkpoint.writeStatsAsJson", True)
     as_struct = bool_property(cfg, "delta.checkpoint.writeStatsAsStruct", False)
@@ -139,30 +136,52 @@ def _add_struct(state: TableState) -> pa.StructArray:
 
 def checkpoint_table(state: TableState) -> pa.Table:
     """Every action of a reconciled state as one checkpoint table ("Checkpoint Schema")."""
+    return pa.concat_tables(list(checkpoint_batches(state)))
+
+
+def checkpoint_batches(state: TableState, rows: int = _BATCH_ROWS) -> Iterator[pa.Table]:
+    """The rows of ``checkpoint_table`` as tables of at most ``rows`` file actions (the first holds the
+    small actions), built one at a time: a streamed write never holds the whole checkpoint besides the
+    snapshot it is made from."""
     if not state.fields.complete:
         # A projected replay (VACUUM's) lacks stats and partition values: a checkpoint of it would lose them.
         raise ValueError("a checkpoint needs every field of file actions; this state was replayed with fewer")
     small = _small_actions(state)
-    adds = _add_struct(state)
-    removes = _file_struct(state.tombstones, _REMOVE_FIELDS, {})
-    counts = {
-        "protocol": 1,
-        "metaData": 1,
-        "txn": len(small["txn"]),
-        "domainMetadata": len(small["domainMetadata"]),
-        "add": len(adds),
-        "remove": len(removes),
+    md, files, tombstones = state.metadata, state.files, state.tombstones
+    types = {
+        **{name: arr.type for name, arr in small.items()},
+        "add": _add_struct(md, files.slice(0, 0)).type,
+        "remove": _file_struct(tombstones.slice(0, 0), _REMOVE_FIELDS, {}).type,
     }
-    values = {**small, "add": adds, "remove": removes}
-    total = sum(counts.values())
-    columns = {}
-    offset = 0
-    for name in ("protocol", "metaData", "txn", "domainMetadata", "add", "remove"):
-        n = counts[name]
-        columns[name] = _column(values[name], offset, total - offset - n)
-        offset += n
-    order = ("txn", "add", "remove", "metaData", "protocol", "domainMetadata")  # Delta Spark's column order
-    return pa.table({name: columns[name] for name in order})
+
+    def rows_of(name: str, values: pa.Array) -> pa.Table:
+        n = len(values)
+        return pa.table({c: values if c == name else pa.nulls(n, types[c]) for c in _COLUMN_ORDER})
+
+    yield pa.concat_tables(
+        [rows_of(n, small[n]) for n in ("protocol", "metaData", "txn", "domainMetadata") if len(small[n])]
+    )
+    for group in _groups(files, rows):
+        yield pa.concat_tables([rows_of("add", _add_struct(md, part)) for part in group])
+    for group in _groups(tombstones, rows):
+        yield pa.concat_tables([rows_of("remove", _file_struct(part, _REMOVE_FIELDS, {})) for part in group])
+
+
+def _groups(table: pa.Table, rows: int) -> Iterator[list[pa.Table]]:
+    """``table`` in groups of about ``rows`` rows, each a list of single-chunk tables: views of the
+    snapshot's own chunks (no copy of a file list that is already in memory once)."""
+    group: list[pa.Table] = []
+    size = 0
+    for batch in table.to_batches():
+        for start in range(0, batch.num_rows, rows):
+            part = batch.slice(start, rows)
+            group.append(pa.Table.from_batches([part]))
+            size += part.num_rows
+            if size >= rows:
+                yield group
+                group, size = [], 0
+    if group:
+        yield group
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:
@@ -208,19 +227,20 @@ def write_checkpoint(
     )
     if v2:
         return _write_v2(table, snap, parts or 1)
-    whole = checkpoint_table(snap.state())
-    n_parts = parts or max(1, math.ceil(whole.num_rows / size_limit))
-    if n_parts > 1:
-        whole = _clustered(whole)
+    state = snap.state()
+    total = 2 + len(state.txns) + len(state.domains) + snap.files.num_rows + snap.tombstones.num_rows
+    n_parts = parts or max(1, math.ceil(total / size_limit))
+    if n_parts == 1:
+        pointer = _write_classic(store, snap.version, state, total)
+        _point_to(table, pointer)
+        log.info("wrote checkpoint of %s at version %d", table.uri, snap.version)
+        return pointer
+    whole = _clustered(checkpoint_table(state))
     written = 0
     rows_per = math.ceil(whole.num_rows / n_parts)
     for i in range(n_parts):
         chunk = whole.slice(i * rows_per, rows_per)
-        name = (
-            f"{snap.version:020d}.checkpoint.parquet"
-            if n_parts == 1
-            else f"{snap.version:020d}.checkpoint.{i + 1:010d}.{n_parts:010d}.parquet"
-        )
+        name = f"{snap.version:020d}.checkpoint.{i + 1:010d}.{n_parts:010d}.parquet"
         data = _parquet_bytes(chunk)
         store.write_replace(store.log_file(name), data)
         _verify_written(store, store.log_file(name), chunk.num_rows)
@@ -228,13 +248,30 @@ def write_checkpoint(
     pointer = LastCheckpoint(
         version=snap.version,
         size=whole.num_rows,
-        parts=n_parts if n_parts > 1 else None,
+        parts=n_parts,
         size_in_bytes=written,
         num_of_add_files=snap.files.num_rows,
     )
     _point_to(table, pointer)
     log.info("wrote %d-part checkpoint of %s at version %d", n_parts, table.uri, snap.version)
     return pointer
+
+
+def _write_classic(store: LogStore, version: int, state: TableState, total: int) -> LastCheckpoint:
+    """One checkpoint file, streamed batch by batch into the file that replaces it whole at the end."""
+    path = store.log_file(f"{version:020d}.checkpoint.parquet")
+    batches = checkpoint_batches(state)
+    first = next(batches)
+    with store.replacing(path) as fh:
+        with pq.ParquetWriter(fh, first.schema, compression="snappy") as writer:
+            writer.write_table(first)
+            for batch in batches:
+                writer.write_table(batch)
+        written = fh.tell()
+    _verify_written(store, path, total)
+    return LastCheckpoint(
+        version=version, size=total, size_in_bytes=written, num_of_add_files=state.files.num_rows
+    )
 
 
 def _clustered(table: pa.Table) -> pa.Table:

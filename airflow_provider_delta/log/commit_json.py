@@ -12,6 +12,7 @@ import functools
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from .actions import (
     check_commit_info,
     check_sidecar,
 )
-from .arrow_utils import conform, decode_uri_paths, struct_to_map
+from .arrow_utils import conform, decode_uri_paths, from_numpy, struct_to_map, true_rows
 from .errors import CorruptLogError, shown
 
 # Where an action was read: the file, and the line for JSON (``None`` for a checkpoint's Parquet rows).
@@ -112,9 +113,7 @@ def _json_schema(kind: str, target: pa.StructType) -> pa.Schema:
     return pa.schema([(kind, pa.struct([f for f in target if f.name not in MAP_FIELDS]))])
 
 
-def _file_actions_from_json(
-    lines: list[bytes], kind: str, where: list[tuple[str, int]], target: pa.StructType
-) -> pa.Array:
+def _file_actions_from_json(lines: list[bytes], kind: str, where: Where, target: pa.StructType) -> pa.Array:
     """Parse add or remove lines with Arrow's JSON reader into ``target`` (the kept ADD/REMOVE fields).
 
     Map-valued fields (``partitionValues``, ``tags``) have free-form keys, so the first read infers them;
@@ -138,7 +137,7 @@ def _file_actions_from_json(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError):
         # A malformed line (named below), values Arrow could not type uniformly, or bytes that are not
         # UTF-8 (a UnicodeDecodeError, from a map key Arrow took as a field name): parse in Python.
-        return _file_actions_from_python(lines, kind, where, target)
+        return _file_actions_from_python(lines, kind, where(), target)
 
 
 def _read_json(buf: bytes, schema: pa.Schema, kind: str, infer: bool) -> pa.StructArray:
@@ -221,73 +220,102 @@ def _as_str(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
+Where = Callable[[], list[tuple[str, int]]]  # (file, line) of each routed line, found only when needed
+
+
 def parse_json_actions(acc: Actions, chunks: list[tuple[int, str, bytes]]) -> None:
     """Parse newline-delimited JSON action files (commits, V2 checkpoint JSON) into ``acc``.
 
     ``chunks`` is ``[(version, path for messages, bytes)]`` in replay order. A Python loop runs per line
-    only to route it; add/remove lines are parsed by Arrow in one batch per kind.
+    only to route it; add/remove lines are parsed by Arrow in one batch per kind. Where each line came from
+    (file and line number) is worked out again only when a message needs it.
     """
-    file_lines: dict[str, tuple[list[bytes], list[int], list[tuple[str, int]]]] = {
-        "add": ([], [], []),
-        "remove": ([], [], []),
-    }
+    routed: dict[str, tuple[list[bytes], list[int]]] = {"add": ([], []), "remove": ([], [])}
+    adds, add_counts = routed["add"]
+    removes, remove_counts = routed["remove"]
     for version, path, data in chunks:
+        before = len(adds), len(removes)
         for lineno, line in enumerate(data.split(b"\n"), start=1):
-            line = line.strip()
-            if not line:
-                continue
-            kind = (
-                "add" if line.startswith(b'{"add":') else "remove" if line.startswith(b'{"remove":') else None
-            )
-            if kind is None:
-                try:
-                    obj = json.loads(line)
-                except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-                    raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
-                if not isinstance(obj, dict):
-                    raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
-                if _ESCAPED_SURROGATE.search(line) and not _is_text(obj):
-                    raise CorruptLogError(
-                        "a string holds a lone UTF-16 surrogate escape (\\udXXX), which is not text",
-                        path=path,
-                        line=lineno,
-                    )
-                for name, body in obj.items():
-                    if name in ("add", "remove"):
-                        # unusual spacing: re-serialise so the Arrow batch parses it with the rest
-                        kind, line = name, json.dumps({name: body}).encode()
-                    elif isinstance(body, dict):
-                        try:
-                            acc.apply_small(name, body, version, (path, lineno))
-                        except ValueError as exc:
-                            raise CorruptLogError(
-                                f"invalid {name} action: {exc}", path=path, line=lineno
-                            ) from None
-                    elif body is not None and name in _KNOWN_ACTIONS:
-                        raise CorruptLogError(
-                            f"{name} must be a JSON object, not {shown(body)}", path=path, line=lineno
-                        )
-                if kind is None:
-                    continue
-            lines, versions, where = file_lines[kind]
-            lines.append(line)
-            versions.append(version)
-            where.append((path, lineno))
-    for kind, (lines, versions, where) in file_lines.items():
+            if line.startswith(b'{"add":'):
+                adds.append(line)
+            elif line.startswith(b'{"remove":'):
+                removes.append(line)
+            else:
+                line = line.strip()
+                if line:
+                    kind, line = _route_other(acc, line, version, path, lineno)
+                    if kind is not None:
+                        routed[kind][0].append(line)
+        add_counts.append(len(adds) - before[0])
+        remove_counts.append(len(removes) - before[1])
+    versions = np.array([version for version, _, _ in chunks], dtype=np.int64)
+    for kind, (lines, counts) in routed.items():
         if not lines:
             continue
         target = acc.fields.add_type if kind == "add" else acc.fields.remove_type
+        where = functools.partial(_locate, chunks, kind)
         arr = _file_actions_from_json(lines, kind, where, target)
         _check_paths(arr, where)
-        table = struct_to_table(arr).append_column("_version", pa.array(versions, pa.int64()))
+        table = struct_to_table(arr).append_column("_version", from_numpy(np.repeat(versions, counts)))
         (acc.adds if kind == "add" else acc.removes).append(table)
 
 
-def _check_paths(arr: pa.StructArray, where: list[tuple[str, int]]) -> None:
+def _route_other(
+    acc: Actions | None, line: bytes, version: int, path: str, lineno: int
+) -> tuple[str | None, bytes]:
+    """A line that does not start like an add or remove: a small action, applied to ``acc`` (unless it
+    is ``None``), or a file action with unusual spacing, re-serialised so the Arrow batch parses it."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
+    if not isinstance(obj, dict):
+        raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+    if _ESCAPED_SURROGATE.search(line) and not _is_text(obj):
+        raise CorruptLogError(
+            "a string holds a lone UTF-16 surrogate escape (\\udXXX), which is not text",
+            path=path,
+            line=lineno,
+        )
+    kind = None
+    for name, body in obj.items():
+        if name in ("add", "remove"):
+            kind, line = name, json.dumps({name: body}).encode()
+        elif acc is None:
+            continue
+        elif isinstance(body, dict):
+            try:
+                acc.apply_small(name, body, version, (path, lineno))
+            except ValueError as exc:
+                raise CorruptLogError(f"invalid {name} action: {exc}", path=path, line=lineno) from None
+        elif body is not None and name in _KNOWN_ACTIONS:
+            raise CorruptLogError(f"{name} must be a JSON object, not {shown(body)}", path=path, line=lineno)
+    return kind, line
+
+
+def _locate(chunks: list[tuple[int, str, bytes]], kind: str) -> list[tuple[str, int]]:
+    """(file, line) of each ``kind`` line ``parse_json_actions`` routed, in its order: the same routing
+    again, for messages about a line that only Arrow's batch found wrong."""
+    found = []
+    for version, path, data in chunks:
+        for lineno, line in enumerate(data.split(b"\n"), start=1):
+            if line.startswith(b'{"add":'):
+                got = "add"
+            elif line.startswith(b'{"remove":'):
+                got = "remove"
+            else:
+                line = line.strip()
+                got = _route_other(None, line, version, path, lineno)[0] if line else None
+            if got == kind:
+                found.append((path, lineno))
+    return found
+
+
+def _check_paths(arr: pa.StructArray, where: Where) -> None:
     paths = arr.field("path")
     if paths.null_count:
-        i = int(np.flatnonzero(paths.is_null().to_numpy(zero_copy_only=False))[0])
-        raise CorruptLogError("file action without a path", path=where[i][0], line=where[i][1])
+        path, line = where()[int(true_rows(paths.is_null())[0])]
+        raise CorruptLogError("file action without a path", path=path, line=line)
 
 
 def struct_to_table(arr: pa.StructArray) -> pa.Table:

@@ -22,7 +22,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
-from .arrow_utils import conform
+from .arrow_utils import (
+    EMPTY_STRING,
+    conform,
+    empty_table,
+    from_numpy,
+    from_strings,
+    single,
+    to_numpy,
+    true_rows,
+)
 from .commit_json import Actions, parse_json_actions, struct_to_table
 from .errors import CorruptLogError
 from .properties import check_properties
@@ -30,8 +39,13 @@ from .schema import check_partition_columns, column_mapping_mode, parse_schema_s
 from .segment import Checkpoint, LogSegment
 from .storage import FileMeta, LogStore
 
-_KEY_SEP = "\x00"  # separates path and deletion-vector id in a file's reconciliation key
-_MAX_CHUNKS = 64
+_KEY_SEP = from_strings(["\x00"])[0]  # separates path and deletion-vector id in a file's reconciliation key
+_AT = from_strings(["@"])[0]
+# Chunks the file list of an updated snapshot may have before it is compacted into one (a full copy): each
+# update adds a few (the new files, and the slices around the files it removed).
+_MAX_CHUNKS = 512
+# Up to this many rows are dropped by slicing around them (no copy of the others); more, by a filter.
+_MAX_SLICED = 64
 
 
 class CheckpointReadError(Exception):
@@ -251,8 +265,8 @@ def _resolve(store: LogStore, rel: str) -> str:
 # -- reconciliation -------------------------------------------------------------------------------------
 def reconciliation_keys(table: pa.Table) -> pa.Array:
     """Reconciliation key: decoded path, plus the deletion vector's unique id when one is attached."""
-    paths = table.column("path").combine_chunks()
-    dv = table.column("deletionVector").combine_chunks()
+    paths = single(table.column("path"))
+    dv = single(table.column("deletionVector"))
     if dv.null_count == len(dv):
         return paths
     dv_id = pc.binary_join_element_wise(
@@ -260,10 +274,10 @@ def reconciliation_keys(table: pa.Table) -> pa.Array:
         dv.field("pathOrInlineDv"),
         pc.if_else(
             dv.field("offset").is_null(),
-            "",
-            pc.binary_join_element_wise("@", dv.field("offset").cast(pa.string()), ""),
+            EMPTY_STRING,
+            pc.binary_join_element_wise(_AT, dv.field("offset").cast(pa.string()), EMPTY_STRING),
         ),
-        "",
+        EMPTY_STRING,
     )
     return pc.if_else(dv.is_valid(), pc.binary_join_element_wise(paths, dv_id, _KEY_SEP), paths)
 
@@ -272,16 +286,32 @@ def _concat(tables: list[pa.Table], target: pa.StructType, *, versioned: bool = 
     tables = [t for t in tables if t.num_rows]
     if not tables:
         fields = list(target) + ([pa.field("_version", pa.int64())] if versioned else [])
-        return pa.schema(fields).empty_table()
+        return empty_table(pa.schema(fields))
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
 def _drop_keys(table: pa.Table, keys: pa.Array) -> pa.Table:
-    """Rows whose key is not in ``keys``; no copy when none is (appends touch only new paths)."""
+    """Rows whose key is not in ``keys``. No copy when none is (appends touch only new paths), nor when a
+    few are (a commit that removes some of a million files): the rest is kept as slices of ``table``."""
     if table.num_rows == 0:
         return table
-    hit = pc.is_in(reconciliation_keys(table), value_set=keys)
-    return table.filter(pc.invert(hit)) if pc.any(hit).as_py() else table
+    hit = pc.is_in(_chunked_keys(table), value_set=keys)
+    rows = true_rows(hit).astype(np.int64)
+    if len(rows) == 0:
+        return table
+    if len(rows) > _MAX_SLICED:
+        return table.filter(pc.invert(hit))
+    starts = np.concatenate([[0], rows + 1])
+    stops = np.concatenate([rows, [table.num_rows]])
+    pieces = [table.slice(a, b - a) for a, b in zip(starts.tolist(), stops.tolist(), strict=True) if b > a]
+    return pa.concat_tables(pieces) if pieces else table.slice(0, 0)
+
+
+def _chunked_keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """``reconciliation_keys`` without first copying a big file list into one array when it has no
+    deletion vectors."""
+    dv = table.column("deletionVector")
+    return table.column("path") if dv.null_count == len(dv) else reconciliation_keys(table)
 
 
 def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -290,18 +320,20 @@ def reconcile(adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Table]:
         return adds, removes
     add_keys, remove_keys = reconciliation_keys(adds), reconciliation_keys(removes)
     n_add = adds.num_rows
-    versions = pa.concat_arrays(
-        [adds.column("_version").combine_chunks(), removes.column("_version").combine_chunks()]
-    )
+    versions = pa.concat_arrays([single(adds.column("_version")), single(removes.column("_version"))])
     position = np.arange(len(versions), dtype=np.int64)
-    order = versions.to_numpy() * (len(versions) + 1) + position
-    grouped = pa.table({"k": pa.concat_arrays([add_keys, remove_keys]), "o": order}).group_by(
-        "k", use_threads=False
-    )
-    winners = np.sort(grouped.aggregate([("o", "max")]).column("o_max").to_numpy() % (len(versions) + 1))
+    order = to_numpy(versions) * (len(versions) + 1) + position
+    # The action with the highest (version, position) of each key wins: sort by key, then order, and take
+    # the last of each key's run.
+    codes = to_numpy(pc.dictionary_encode(pa.concat_arrays([add_keys, remove_keys])).indices)
+    ranked = np.lexsort((order, codes))
+    sorted_codes = codes[ranked]
+    last = np.ones(len(ranked), dtype=bool)
+    last[:-1] = sorted_codes[1:] != sorted_codes[:-1]
+    winners = np.sort(ranked[last])
     win_adds = winners[winners < n_add]
     win_removes = winners[winners >= n_add] - n_add
-    return adds.take(pa.array(win_adds)), removes.take(pa.array(win_removes))
+    return adds.take(from_numpy(win_adds)), removes.take(from_numpy(win_removes))
 
 
 def _parse_commits(

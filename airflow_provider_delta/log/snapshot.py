@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
+from .arrow_utils import int64_scalar
 from .commit_info import VACUUM_END, vacuum_cutoff
 from .errors import CorruptLogError, VersionNotFoundError
 from .history import read_commit_info
@@ -254,8 +255,8 @@ def _from_state(
     if tombstones.num_rows and not keep_expired_tombstones:
         # A tombstone expires once its deletion timestamp falls out of the retention window ("Add File and
         # Remove File"); a missing timestamp counts as 0, i.e. expired, as in Delta Spark.
-        ts = pc.fill_null(tombstones.column("deletionTimestamp"), 0)
-        tombstones = tombstones.filter(pc.greater(ts, now - retention))
+        ts = pc.fill_null(tombstones.column("deletionTimestamp"), int64_scalar(0))
+        tombstones = tombstones.filter(pc.greater(ts, int64_scalar(now - retention)))
     info = state.commit_infos.get(segment.version)
     txns = state.txns
     txn_retention = interval_property_ms(state.metadata.configuration, SET_TRANSACTION_RETENTION)

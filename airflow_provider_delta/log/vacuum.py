@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from .actions import FileFields
 from .arguments import bool_arg, callable_arg, int_arg, number_arg
+from .arrow_utils import from_numpy, from_strings, int64_scalar, single
 from .deletion_vectors import stored_dv_paths
 from .errors import DeltaError, RetentionTooShortError
 from .properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
@@ -98,7 +99,8 @@ def vacuum(
     dirs: list[str] = []
     listed = _list_candidates(store, _partition_dir_names(snap), dirs)
     kept = pc.is_in(listed.column("path"), value_set=_keep(snap, cutoff))
-    doomed = listed.filter(pc.and_(pc.less(listed.column("mtime"), cutoff), pc.invert(kept))).sort_by("path")
+    old = pc.less(listed.column("mtime"), int64_scalar(cutoff))
+    doomed = listed.filter(pc.and_(old, pc.invert(kept))).sort_by("path")
     files = doomed.column("path").to_pylist()
     size = int(pc.sum(doomed.column("size")).as_py() or 0)
     hours = retention_ms / _HOUR_MS
@@ -202,11 +204,12 @@ def _keep(snap: Snapshot, cutoff: int) -> pa.Array:
     (Delta Spark keeps a tombstone until its deletionTimestamp leaves the window), and their DV files."""
     tombs = snap.tombstones
     if tombs.num_rows:
-        tombs = tombs.filter(pc.greater_equal(pc.fill_null(tombs.column("deletionTimestamp"), 0), cutoff))
+        deleted = pc.fill_null(tombs.column("deletionTimestamp"), int64_scalar(0))
+        tombs = tombs.filter(pc.greater_equal(deleted, int64_scalar(cutoff)))
     parts = []
     for t in (snap.files, tombs):
-        parts.append(t.column("path").combine_chunks().cast(pa.string()))
-        parts.extend(stored_dv_paths(t.column("deletionVector").combine_chunks()))
+        parts.append(single(t.column("path")).cast(pa.string()))
+        parts.extend(stored_dv_paths(single(t.column("deletionVector"))))
     root = snap.store.root
     return pc.unique(pa.concat_arrays([_relative(p, root) for p in parts]))
 
@@ -274,9 +277,9 @@ def _list_candidates(store: LogStore, partition_columns: tuple[str, ...], dirs: 
 def _listing(paths: list[str], sizes: list[int], mtimes: list[int]) -> pa.Table:
     return pa.table(
         {
-            "path": pa.array(paths, pa.string()),
-            "size": pa.array(sizes, pa.int64()),
-            "mtime": pa.array(mtimes, pa.int64()),
+            "path": from_strings(paths),
+            "size": from_numpy(np.array(sizes, dtype=np.int64)),
+            "mtime": from_numpy(np.array(mtimes, dtype=np.int64)),
         }
     )
 

@@ -17,12 +17,14 @@ count survives a SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import pkgutil
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -122,7 +124,15 @@ class ClientFaults:
 
         _replace_in_core(real_put, put_if_absent)
         _replace_in_core(real_delete, delete_files)
+        @contextlib.contextmanager
+        def replacing(store: LogStore, path: str) -> Iterator[io.BytesIO]:
+            # Streamed writes (checkpoints) take the faults of write_replace: gathered, then put through it.
+            buf = io.BytesIO()
+            yield buf
+            write_replace(store, path, buf.getvalue())
+
         LogStore.write_replace = write_replace  # type: ignore[method-assign]
+        LogStore.replacing = replacing  # type: ignore[method-assign,assignment]
         LogStore.read_log_file = read_log_file  # type: ignore[method-assign]
         LogStore.list_log = list_log  # type: ignore[method-assign]
         LogStore.open_input_file = open_input_file  # type: ignore[method-assign]
