@@ -91,7 +91,7 @@ def optimize(
     with tracker:
         for batch in plan.batches:
             bins = [plan.bins[i] for i in batch]
-            written = _run_bins(spark, table, plan, bins, dict(storage_options or {}), max_threads, tracker)
+            written = write_bins(spark, table, plan, bins, dict(storage_options or {}), max_threads, tracker)
             results.append(_commit(table, plan, written))
             tracker.committed(results[-1][2])
     metrics = summarize(plan, results)
@@ -113,12 +113,12 @@ def _commit(table: DeltaTable, plan: OptimizePlan, written: list[tuple[Bin, list
     return [a for _, adds in written for a in adds], removed, None if result is None else result.version
 
 
-def _run_bins(
+def write_bins(
     spark: SparkSession, table: DeltaTable, plan: OptimizePlan, bins: list[Bin],
-    storage_options: dict[str, Any], max_threads: int, tracker: _Tracker,
+    storage_options: dict[str, Any], max_threads: int = DEFAULT_MAX_THREADS, tracker: _Tracker | None = None,
 ) -> list[tuple[Bin, list[AddFile]]]:  # fmt: skip
-    """Each bin as its own Spark job, up to ``max_threads`` at a time; on a failure, every file the batch
-    wrote is deleted."""
+    """Write the rows of ``bins`` as new files (not committed): each bin its own Spark job, up to
+    ``max_threads`` at a time; on a failure, every file the batch wrote is deleted."""
     written: list[tuple[Bin, list[AddFile]]] = []
     lock = threading.Lock()
 
@@ -126,7 +126,8 @@ def _run_bins(
         adds = _run_bin(spark, table, plan, bin_, storage_options)
         with lock:
             written.append((bin_, adds))
-        tracker.bin_done(bin_, adds)
+        if tracker is not None:
+            tracker.bin_done(bin_, adds)
 
     try:
         with ThreadPoolExecutor(max(1, min(max_threads, len(bins)))) as pool:

@@ -335,6 +335,63 @@ def commit(handle: int) -> dict[str, Any]:
         return {"error": _error_class(exc), "message": _error_message(exc)}
 
 
+@api
+def begin_optimize(path: str, compact: list[str], add: list[str]) -> int:
+    """An OPTIMIZE transaction as Delta Spark's ``OptimizeExecutor`` makes one, stopped before its commit:
+    on the latest snapshot, ``trackFilesRead`` of the files it compacts (paths as in the log), their
+    removes and the ``add`` actions (JSON) with ``dataChange=false``. ``commit_optimize`` commits it."""
+    log = _delta_log(path)
+    txn = scala_call(log, "startTransaction")
+    live = {f.path(): f for f in txn.snapshot().allFiles().collectAsList()}
+    files = [live[p] for p in compact]
+    txn.trackFilesRead(_seq(files))
+    action_cls = _module("org.apache.spark.sql.delta.actions.Action")
+    now = spark._jvm.System.currentTimeMillis()
+    actions = [action_cls.fromJson(a) for a in add] + [f.removeWithTimestamp(now, False) for f in files]
+    handle = len(_txns) + 1
+    _txns[handle] = (txn, actions)
+    _optimizing[handle] = (path, files)
+    return handle
+
+
+_optimizing: dict[int, tuple[str, list[Any]]] = {}
+
+
+@api
+def commit_optimize(handle: int, retries: int = 10) -> dict[str, Any]:
+    """Commit an OPTIMIZE from ``begin_optimize`` as Delta Spark's ``commitAndRetry`` does: on a
+    ``ConcurrentModificationException``, start a new transaction and try again while every compacted file
+    (path and deletion vector) is still live; else the exception stands."""
+    txn, actions = _txns.pop(handle)
+    path, files = _optimizing.pop(handle)
+    op = _module("org.apache.spark.sql.delta.DeltaOperations$ManualUpdate")
+    key = lambda f: (f.path(), None if f.deletionVector() is None else f.deletionVector().uniqueId())  # noqa: E731
+    wanted = {key(f) for f in files}
+    for _ in range(retries + 1):
+        try:
+            return {"version": txn.commit(_seq(actions), op)}
+        except Exception as exc:
+            if "ConcurrentModification" not in _ancestry(exc):
+                return {"error": _error_class(exc), "message": _error_message(exc)}
+            txn = scala_call(_delta_log(path), "startTransaction")
+            live = {key(f) for f in txn.snapshot().allFiles().collectAsList()}
+            if not wanted <= live:
+                return {"error": _error_class(exc), "message": _error_message(exc)}
+            txn.trackFilesRead(_seq(files))
+    return {"error": "TooManyRetries", "message": f"{retries} retries"}
+
+
+def _ancestry(exc: Exception) -> str:
+    """The JVM exception's class and its superclasses' names (Delta's conflicts all extend
+    java.util.ConcurrentModificationException)."""
+    java = getattr(exc, "java_exception", None)
+    names, cls = [], java.getClass() if java is not None else None
+    while cls is not None:
+        names.append(cls.getName())
+        cls = cls.getSuperclass()
+    return " ".join(names)
+
+
 def _error_class(exc: Exception) -> str:
     """The JVM exception's class (e.g. ``ConcurrentAppendException``), else the Python one."""
     java = getattr(exc, "java_exception", None)

@@ -11,17 +11,24 @@ One Delta Spark session serves the module.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from oracle_client import Oracle, OracleError
 from oracle_compare import Mismatches, normalise, ours
 
-from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
+from airflow_provider_delta.log.deletion_vectors import write_deletion_vectors
 from airflow_provider_delta.log.errors import RestoreMissingFilesError
+from airflow_provider_delta.log.optimize_commit import commit_batch, finished_adds
+from airflow_provider_delta.log.optimize_plan import plan_optimize
+from airflow_provider_delta.spark.optimize import write_bins
 
 # The history both RESTOREs start from; the comment is the version each statement makes.
 HISTORY = [
@@ -176,3 +183,109 @@ def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spa
     rows = oracle.call("rows", str(mine))
     assert len(rows) == ZORDER_ROWS + 1 and json.dumps({"id": -1, "x": 5, "y": 5, "part": "a"},
                                                        separators=(",", ":")) in rows  # fmt: skip
+
+
+# -- conflicts: OPTIMIZE against concurrent appends, deletes, deletion vectors and more ---------------------
+# OPTIMIZE compacts partitions a and b (files F1, F2 and G1, G2); partition c holds H, which it leaves alone.
+# A winner commits between the OPTIMIZE's read and its commit. Ours late: our OPTIMIZE (planned and written
+# by our engine) commits after it. Delta Spark late: Delta Spark's OPTIMIZE transaction (begin_optimize:
+# trackFilesRead of the compacted files, dataChange=false actions) commits after it, retried as its
+# commitAndRetry does. Both must decide alike.
+CONFLICT_ROWS = {"a": [1, 2, 3, 4], "b": [11, 12, 13, 14], "c": [21, 22]}
+WINNERS: dict[str, tuple[str, str]] = {
+    "Delta Spark appends to a": ("delta", "INSERT INTO delta.`{t}` VALUES (100, 'a')"),
+    "Delta Spark deletes a row of F1 (deletion vector)": ("delta", "DELETE FROM delta.`{t}` WHERE id = 1"),
+    "Delta Spark deletes partition c": ("delta", "DELETE FROM delta.`{t}` WHERE p = 'c'"),
+    "Delta Spark updates a row of G1": ("delta", "UPDATE delta.`{t}` SET id = 1011 WHERE id = 11"),
+    "Delta Spark sets a property": ("delta", "ALTER TABLE delta.`{t}` SET TBLPROPERTIES ('team' = 'x')"),
+    "Delta Spark optimizes partition a": ("delta", "OPTIMIZE delta.`{t}` WHERE p = 'a'"),
+    "ours appends to b": ("ours", "append b"),
+    "ours removes F1": ("ours", "remove F1"),
+    "ours puts a deletion vector on G1": ("ours", "dv G1"),
+    "ours removes H": ("ours", "remove H"),
+}
+
+
+@pytest.fixture(scope="module")
+def conflict_base(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two files in each of a and b, one in c (each INSERT writes one file per partition)."""
+    path = tmp_path_factory.mktemp("conflicts") / "base"
+    oracle.call("sql", f"CREATE TABLE delta.`{path}` (id BIGINT, p STRING) USING delta PARTITIONED BY (p) "
+                       "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")  # fmt: skip
+    for half in (slice(0, 2), slice(2, 4)):
+        rows = [(i, p) for p in "ab" for i in CONFLICT_ROWS[p][half]]
+        values = ", ".join(f"({i}, '{p}')" for i, p in rows)
+        oracle.call("sql", f"INSERT INTO delta.`{path}` SELECT /*+ REPARTITION(1) */ * FROM VALUES {values}")
+    oracle.call("sql", f"INSERT INTO delta.`{path}` VALUES (21, 'c'), (22, 'c')")
+    return path
+
+
+def _file_of(table: DeltaTable, row_id: int) -> AddFile:
+    for f in table.snapshot().files.to_pylist():
+        stats = json.loads(f["stats"])
+        if stats["minValues"]["id"] <= row_id <= stats["maxValues"]["id"]:
+            return AddFile.from_dict(f)
+    raise AssertionError(f"no file holds id {row_id}")
+
+
+def _win(oracle: Oracle, table: DeltaTable, winner: str) -> None:
+    engine, what = WINNERS[winner]
+    if engine == "delta":
+        oracle.call("sql", what.format(t=table.uri))
+        return
+    if what == "append b":
+        rel = "p=b/ours-appended.parquet"
+        pq.write_table(pa.table({"id": pa.array([200], pa.int64())}), Path(table.uri) / rel)
+        table.transaction().add_files([add_file_from_parquet(table, rel, {"p": "b"})]).commit()
+    elif what.startswith("remove"):
+        victim = _file_of(table, 1 if what.endswith("F1") else 21)
+        table.transaction().remove_files([victim]).commit("DELETE")
+    else:
+        g1 = _file_of(table, 11)
+        [dv] = write_deletion_vectors(table.store.fs, table.store.root, [[0]])
+        with_dv = dataclasses.replace(g1, deletion_vector=dv.to_json())
+        table.transaction().remove_files([g1]).add_files([with_dv]).commit("DELETE")
+
+
+def _outcome(error: str | None) -> str:
+    """``commits``, or the conflict's name without its engine's suffix (ConcurrentDeleteRead)."""
+    if error is not None:
+        return error.removesuffix("Exception").removesuffix("Error")
+    return "commits"
+
+
+@pytest.mark.parametrize("winner", list(WINNERS))
+def test_optimize_conflicts_match_delta_spark(oracle: Oracle, spark: Any, conflict_base: Path, winner: str):
+    slug = "".join(c if c.isalnum() else "-" for c in winner)
+    # Ours late.
+    table = DeltaTable(str(_copy(conflict_base, f"ours-late-{slug}")))
+    plan = plan_optimize(table.snapshot(), partition_filter=[("p", "in", ["a", "b"])])
+    assert sorted(b.files.num_rows for b in plan.bins) == [2, 2]
+    written = write_bins(spark, table, plan, list(plan.bins), {})
+    _win(oracle, table, winner)
+    rows_before = oracle.call("rows", table.uri)
+    try:
+        commit_batch(table, plan, written)
+        ours = _outcome(None)
+    except ConcurrentModificationError as exc:
+        ours = _outcome(type(exc).__name__)
+    if ours == "commits":  # Delta Spark reads the same rows after our OPTIMIZE
+        assert oracle.call("rows", table.uri) == rows_before
+    # Delta Spark late: its OPTIMIZE transaction of the same files, then the winner, then its commit.
+    table = DeltaTable(str(_copy(conflict_base, f"delta-late-{slug}")))
+    plan = plan_optimize(table.snapshot(), partition_filter=[("p", "in", ["a", "b"])])
+    written = write_bins(spark, table, plan, list(plan.bins), {})
+    compact = [f["path"] for b in plan.bins for f in b.files.select(["path"]).to_pylist()]
+    adds = [json.dumps({"add": a.to_json()}) for b, files in written
+            for a in finished_adds(plan, b, files)]  # fmt: skip
+    handle = oracle.call("begin_optimize", table.uri, [_log_path(p) for p in compact], adds)
+    _win(oracle, table, winner)
+    answer = oracle.call("commit_optimize", handle)
+    delta = _outcome(answer.get("error"))
+    print(f"OPTIMIZE after {winner!r}: Delta Spark {delta}, ours {ours}")
+    assert ours == delta, f"OPTIMIZE after a concurrent {winner!r}: Delta Spark {delta}, ours {ours}"
+
+
+def _log_path(path: str) -> str:
+    """A data file's path as the log spells it (Delta Spark's AddFile.path): URI-encoded."""
+    return AddFile(path, 0).to_json()["path"]
