@@ -172,7 +172,9 @@ def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spa
           f"Spark {skipped_delta}; files read per query ours {ours_read['read']} Delta {delta_read['read']}")
     assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
     assert skipped_before <= len(queries)  # random rows: before, almost every file is read
-    assert skipped_ours >= skipped_delta, (ours_read, delta_read)
+    # Skipped files counted as a share of each layout's files: the two OPTIMIZEs may cut a different number
+    # of files (13 against 15, say), and a layout of more files skips more of them while reading more.
+    assert skipped_ours / ours_read["total"] >= skipped_delta / delta_read["total"], (ours_read, delta_read)
     assert sum(ours_read["read"]) <= sum(delta_read["read"]), (ours_read, delta_read)
     assert oracle.call("rows", str(mine)) == oracle.call("rows", str(scattered))
     info = oracle.call("history", str(mine))[0]
