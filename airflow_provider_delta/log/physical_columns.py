@@ -105,12 +105,12 @@ def _is_list(t: pa.DataType) -> bool:
 # -- logical -> physical (write) -----------------------------------------------------------------------
 def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` (logical names) rebuilt by position with ``target``'s names, ids and types."""
+    if target == VARIANT:  # written unshredded: the two binaries, required (empty where the variant is null)
+        return file_variant(array)
     if array.type == target:
         return array
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
-    if target == VARIANT:  # written unshredded: the two binaries, required
-        return file_variant(array)
     if pa.types.is_struct(target):
         children = [to_physical(array.field(i), target.field(i).type) for i in range(target.num_fields)]
         mask = array.is_null() if array.null_count else None

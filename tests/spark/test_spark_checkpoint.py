@@ -68,9 +68,10 @@ def _compare(spark_session, root: Path, tmp_path: Path, parts: int | None) -> tu
 
 
 def _add(path: str, part: str, dv: dict | None = None) -> AddFile:
-    stats = json.dumps(
-        {"numRecords": 3, "minValues": {"id": 1}, "maxValues": {"id": 3}, "nullCount": {"id": 0}}
-    )
+    stats = {"numRecords": 3, "minValues": {"id": 1}, "maxValues": {"id": 3}, "nullCount": {"id": 0}}
+    if dv is not None:
+        stats["tightBounds"] = False  # a file with a deletion vector has wide bounds
+    stats = json.dumps(stats)
     return AddFile(path, 100, {"part": part}, 1_700_000_000_000, True, stats, deletion_vector=dv)
 
 
