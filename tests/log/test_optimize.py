@@ -232,3 +232,26 @@ def test_a_concurrent_delete_fails_the_batch_deletes_its_files_and_keeps_earlier
     assert table.history(2)[1].operation == "OPTIMIZE"
     live_or_removed = set(snap.file_paths()) | {r["path"] for r in table.snapshot(2).files.to_pylist()}
     assert {p.relative_to(tmp_path / "t").as_posix() for p in _data_files(tmp_path / "t")} == live_or_removed
+
+
+# -- deltalog optimize -------------------------------------------------------------------------------------
+def test_deltalog_optimize_plans_compacts_and_refuses_by_name(tmp_path: Path, capsys):
+    from airflow_provider_delta.log.cli import main
+
+    table = _table(tmp_path / "t", 5)
+    files = _data_files(tmp_path / "t")
+    assert main(["optimize", table.uri, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would optimize" in out and "10 of 10 file(s)" in out and "2 bin(s) and 1 commit(s)" in out
+    assert _data_files(tmp_path / "t") == files and table.version() == 4
+    assert main(["optimize", table.uri, "--zorder-by", "nope"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'nope'" in err and "not in the schema" in err
+    assert main(["optimize", table.uri, "--partition", "p=a", "--progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "optimized" in out and "version(s) 5" in out and "files removed" in out
+    assert "optimizing [" in err and "100%" in err  # the progress bar on stderr
+    assert table.snapshot().num_files == 6
+    assert main(["optimize", table.uri, "--json", "--max-file-size", "1m"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["metrics"]["numFilesRemoved"] == 5 and doc["metrics"]["versions"] == [6]
