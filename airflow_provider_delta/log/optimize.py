@@ -49,7 +49,10 @@ log = logging.getLogger(__name__)
 SAMPLE_ROWS = 100_000  # rows of the curve columns sampled per bin for range boundaries and file cuts
 SAMPLE_SEED = 17
 ROW_TRACKING_FIELDS = ("row_id", "row_commit_version")
-DEFAULT_READ_AHEAD = 8  # files of a bin read at once: small files are many, their reads mostly wait
+# Files of a bin read at once: on a local disk the reads are CPU-bound (more threads only contend for
+# the GIL); on an object store each read mostly waits for its request, so many go at once.
+LOCAL_READ_AHEAD = 4
+REMOTE_READ_AHEAD = 16
 _CHUNK_ROWS = 128 * 1024  # logical rows gathered before they are converted and written
 _CHUNK_BYTES = 32 * 1024 * 1024
 _PENDING_LIMIT = 64 * 1024 * 1024  # bytes all of a bin's open files may buffer together
@@ -65,7 +68,7 @@ def optimize(
     max_file_size: int | None = None,
     max_deleted_rows_ratio: float | None = None,
     batch_size: int | None = None,
-    read_ahead: int = DEFAULT_READ_AHEAD,
+    read_ahead: int | None = None,
     progress: Progress | None = None,
 ) -> OptimizeMetrics:
     """OPTIMIZE ``table`` with pyarrow in this process: compact small files, or Z-order by ``zorder_by``
@@ -77,6 +80,7 @@ def optimize(
     :param min_file_size: files below this are compacted (default ``delta.targetFileSize``, else 1 GiB).
     :param max_file_size: the size of the files written (default ``delta.targetFileSize``, else 1 GiB).
     :param batch_size: commit bins in batches of about this many input bytes (one commit each).
+    :param read_ahead: files read at once (default 4 on local disks, 16 on object stores).
     :param progress: called with a dict (files and bytes planned, bins done, bytes read and written,
         commits, elapsed and ETA seconds) as the work goes on, and once more at the end (``final``).
     """
@@ -86,6 +90,9 @@ def optimize(
         max_file_size=max_file_size, max_deleted_rows_ratio=max_deleted_rows_ratio, batch_size=batch_size,
     )  # fmt: skip
     kept = materialized_columns(snapshot)
+    if read_ahead is None:
+        local = table.store.protocol in ("file", "local")
+        read_ahead = LOCAL_READ_AHEAD if local else REMOTE_READ_AHEAD
     tracker = ProgressTracker(plan, progress, engine="pyarrow")
     results: list[BatchResult] = []
     for batch in plan.batches:
@@ -209,12 +216,12 @@ def _chunks(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
     for batch in batches:
         pending.append(batch)
         rows += batch.num_rows
-        size += batch.nbytes
+        size += batch.get_total_buffer_size()
         if rows >= _CHUNK_ROWS or size >= _CHUNK_BYTES:
-            yield pa.Table.from_batches(pending)
+            yield pa.Table.from_batches(pending).combine_chunks()
             pending, rows, size = [], 0, 0
     if pending:
-        yield pa.Table.from_batches(pending)
+        yield pa.Table.from_batches(pending).combine_chunks()
 
 
 def _column(rows: pa.Table | pa.RecordBatch, name: str) -> Any:
