@@ -182,6 +182,29 @@ def test_row_ids_and_commit_versions_are_kept(tmp_path: Path):
     assert len(ids) == len(set(ids)) == 99
 
 
+def test_a_clustered_table_is_clustered_by_its_columns_and_files_carry_their_cube(tmp_path: Path):
+    from airflow_provider_delta.log.optimize_plan import ZCUBE_ID, ZCUBE_ZORDER_BY
+
+    config = {"delta.feature.clustering": "supported", "delta.columnMapping.mode": "name"}
+    rng = np.random.default_rng(SEED)
+    table = DeltaTable(str(tmp_path / "t"))
+    table.write(_rows(0, 300, rng), configuration=config)
+    table.transaction().set_clustering_columns(["x", "y"]).commit("CLUSTER BY")
+    for i in range(1, 6):
+        table.write(_rows(i * 300, 300, rng))
+    before = theirs(tmp_path / "t")
+    size = int(pc.sum(table.snapshot().files.column("size")).as_py())
+    metrics = table.optimize(max_file_size=size // 3)
+    assert theirs(tmp_path / "t") == before and metrics.clustering_columns == ("x", "y")
+    files = table.snapshot().files
+    assert files.num_rows >= 2 and set(files.column("clusteringProvider").to_pylist()) == {"liquid"}
+    tags = [dict(t) for t in files.column("tags").to_pylist()]
+    assert len({t[ZCUBE_ID] for t in tags}) == 1 and {t[ZCUBE_ZORDER_BY] for t in tags} == {'["x","y"]'}
+    info = table.history(1)[0].commit_info["operationParameters"]
+    assert info["clusterBy"] == '["x", "y"]' and info["zOrderBy"] == "[]"
+    assert table.optimize().versions == []  # one cube, already clustered: nothing to do
+
+
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
