@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable
@@ -199,23 +200,44 @@ def clustered(spark: SparkSession, rows: DataFrame, plan: OptimizePlan, bin_: Bi
     """``rows`` in ``size / max_file_size`` partitions of consecutive keys along the plan's curve.
 
     The driver takes range boundaries and the cuts between files (``cut_keys``) from a sample of the bin;
-    executors compute every row's key and file with the core's curves; rows are then range-partitioned by
-    that file number, so each Spark partition holds one file's rows."""
+    executors compute every row's key and file with the core's curves; rows are then partitioned by that
+    file number exactly, so each Spark partition holds one file's rows (a range partitioner would sample
+    the numbers and could merge two files whose sizes differ)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     columns, curve, num_ranges = list(plan.columns), plan.curve or "zorder", plan.num_ranges
     boundaries, cuts = sample_cuts(rows, columns, bin_, plan)
+    files = len(cuts) + 1
+    surrogate = np.array(hash_surrogates(spark, files), dtype=np.int32)
     keyed_schema = StructType([*rows.schema.fields, StructField(_KEY, IntegerType(), False)])
 
     def keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             key = curve_keys([_column(batch, c) for c in columns], boundaries, curve, num_ranges)
-            ids = pa.array(part_ids(key, cuts), pa.int32())
+            ids = pa.array(surrogate[part_ids(key, cuts)], pa.int32())
             yield pa.RecordBatch.from_arrays([*batch.columns, ids], names=[*batch.schema.names, _KEY])
 
     keyed = rows.mapInArrow(keys, keyed_schema)
-    return keyed.repartitionByRange(len(cuts) + 1, F.col(_KEY)).drop(_KEY)
+    return keyed.repartition(files, F.col(_KEY)).drop(_KEY)
+
+
+def hash_surrogates(spark: SparkSession, n: int) -> list[int]:
+    """For each file number ``i < n``, an int that Spark's hash partitioning into ``n`` partitions sends
+    to partition ``i`` (``pmod(hash(x), n)``, the Murmur3 hash ``repartition`` uses), found among the first
+    ``64 n`` ints: every residue is there but with a probability of about ``n e^-64``."""
+    from pyspark.sql import functions as F
+
+    if n <= 1:
+        return [0] * max(n, 1)
+    found = (spark.range(0, 64 * n).select(F.col("id").cast("int").alias("x"))
+             .select("x", F.expr(f"pmod(hash(x), {n})").alias("p")).groupBy("p").agg(F.min("x").alias("x"))
+             .collect())  # fmt: skip
+    by_partition = {int(r["p"]): int(r["x"]) for r in found}
+    missing = [i for i in range(n) if i not in by_partition]
+    if missing:
+        raise RuntimeError(f"no int below {64 * n} hashes to partition(s) {missing[:5]} of {n}")
+    return [by_partition[i] for i in range(n)]
 
 
 def sample_cuts(
