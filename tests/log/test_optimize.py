@@ -8,6 +8,8 @@ OPTIMIZE are read by delta-kernel-rs (a reader that is not ours) and compared wi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -278,3 +280,52 @@ def test_deltalog_optimize_plans_compacts_and_refuses_by_name(tmp_path: Path, ca
     assert main(["optimize", table.uri, "--json", "--max-file-size", "1m"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["metrics"]["numFilesRemoved"] == 5 and doc["metrics"]["versions"] == [6]
+
+
+# -- bounded memory ----------------------------------------------------------------------------------------
+_MEMORY_CHILD = """
+import json, sys, numpy as np, pyarrow as pa
+from airflow_provider_delta.log import DeltaTable
+
+def high_water():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
+
+uri, files, rows, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+if sys.argv[5] == "write":
+    rng = np.random.default_rng(seed)
+    table = DeltaTable(uri)
+    for _ in range(files):  # one commit, one incompressible file each
+        table.write(pa.table({"a": rng.integers(0, 2**62, rows), "b": rng.integers(0, 2**62, rows)}))
+    print(json.dumps({"version": table.version()}))
+    sys.exit()
+pa.array([1]).sum(); np.random.default_rng(0)  # warm up what the work would import
+before = high_water()
+metrics = DeltaTable(uri).optimize(max_file_size=sys.maxsize)  # every file below 1 GiB: one bin, one file
+print(json.dumps({"peak": high_water() - before, "removed": metrics.num_files_removed,
+                  "added": metrics.num_files_added, "bytes": metrics.files_removed.total_size}))
+"""
+MEMORY_LIMIT = 128 * 1024 * 1024  # what OPTIMIZE may add to its resident memory
+MEMORY_FILES, MEMORY_ROWS = 24, 640 * 1024  # 10 MiB of int64 pairs per file: 240 MiB in all
+
+
+def test_a_bin_is_streamed_in_bounded_memory(tmp_path: Path):
+    """The table is twice the limit and compacted into one file: OPTIMIZE must stream the bin."""
+    print(f"seed {SEED}")
+    uri = str(tmp_path / "big")
+
+    def child(step: str) -> dict:
+        args = [uri, str(MEMORY_FILES), str(MEMORY_ROWS), str(SEED), step]
+        proc = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, *args], capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert child("write")["version"] == MEMORY_FILES - 1
+    result = child("optimize")
+    print(f"OPTIMIZE of {result['bytes'] >> 20} MiB in {MEMORY_FILES} files: peak {result['peak'] >> 20} MiB "
+          f"over imports (limit {MEMORY_LIMIT >> 20} MiB)")
+    assert result["removed"] == MEMORY_FILES and result["added"] == 1
+    assert result["bytes"] > 1.5 * MEMORY_LIMIT
+    assert result["peak"] < MEMORY_LIMIT, f"OPTIMIZE held {result['peak'] >> 20} MiB"
+    assert DeltaTable(uri).scan(["a"]).count() == MEMORY_FILES * MEMORY_ROWS

@@ -1,6 +1,10 @@
-"""OPTIMIZE keeps row tracking, judged by Delta Spark: its ``_metadata.row_id`` and ``row_commit_version``
-of every row are the same after our OPTIMIZE (pyarrow in the task, and on Spark; compaction and Z-order)
-as before, as they are after Delta Spark's own OPTIMIZE.
+"""OPTIMIZE judged by Delta Spark.
+
+Row tracking kept: Delta Spark's ``_metadata.row_id`` and ``row_commit_version`` of every row are the same
+after our OPTIMIZE (pyarrow in the task, and on Spark; compaction and Z-order) as before, as they are after
+Delta Spark's own OPTIMIZE. Z-order with pyarrow: Delta Spark, querying by the Z-order columns, skips at
+least as many of our files as of the files its own OPTIMIZE ZORDER wrote (the Spark engine's twin of this
+is in ``test_layout_agree.py``).
 
 Delta Spark writes the table: row tracking and deletion vectors on, appends in several commits, an UPDATE
 (which materializes row ids in the files it writes) and a DELETE (deletion vectors). The table is copied;
@@ -96,3 +100,50 @@ def test_delta_sparks_own_optimize_keeps_them_too(oracle: Oracle, tracked_table:
     before = _tracked(oracle, tracked_table)
     oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
     assert _tracked(oracle, theirs) == before
+
+
+# -- Z-order with pyarrow, measured by Delta Spark ----------------------------------------------------------
+ZORDER_ROWS = 40_000
+
+
+def _queries(seed: int = 11) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for column in ("x", "y"):
+        out += [f"{column} = {rng.randrange(1000)}" for _ in range(6)]
+        out += [f"{column} >= {a} AND {column} < {a + 60}" for a in (rng.randrange(940) for _ in range(4))]
+    return [*out, "x < 120 AND y < 120", "x > 900 AND y >= 300 AND y <= 400"]
+
+
+def test_pyarrow_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, tmp_path: Path):
+    scattered = tmp_path / "scattered"
+    oracle.call("sql", f"CREATE TABLE delta.`{scattered}` (id BIGINT, x INT, y INT, part STRING) USING delta "
+                       "PARTITIONED BY (part)")  # fmt: skip
+    oracle.call("sql", f"INSERT INTO delta.`{scattered}` SELECT /*+ REPARTITION(16) */ id, "
+                       "CAST(rand(7) * 1000 AS INT), CAST(rand(8) * 1000 AS INT), IF(id % 2 = 0, 'a', 'b') "
+                       f"FROM range(0, {ZORDER_ROWS})")  # fmt: skip
+    mine, theirs = _copy(scattered, "zorder-ours"), _copy(scattered, "zorder-theirs")
+    partition_bytes = sum(f.stat().st_size for f in (scattered / "part=a").glob("*.parquet"))
+    max_file_size = partition_bytes // 8  # about 8 files per partition, as many for both
+    metrics = DeltaTable(str(mine)).optimize(zorder_by=["x", "y"], max_file_size=max_file_size)
+    key = "spark.databricks.delta.optimize.maxFileSize"
+    oracle.call("conf", {key: str(max_file_size)})
+    try:
+        oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
+    finally:
+        oracle.call("conf", {key: None})
+    queries = _queries()
+    before, ours_read, delta_read = (oracle.call("files_read", str(p), queries)
+                                     for p in (scattered, mine, theirs))  # fmt: skip
+    skipped = {name: sum(r["total"] - n for n in r["read"])
+               for name, r in (("before", before), ("ours", ours_read), ("delta", delta_read))}  # fmt: skip
+    print(f"pyarrow Z-order over {len(queries)} queries: files {before['total']} -> ours "
+          f"{ours_read['total']}, Delta Spark {delta_read['total']}; files skipped {skipped}")
+    assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
+    assert skipped["ours"] >= skipped["delta"], (ours_read, delta_read)
+    assert sum(ours_read["read"]) <= sum(delta_read["read"]), (ours_read, delta_read)
+    assert oracle.call("rows", str(mine)) == oracle.call("rows", str(scattered))
+    info = oracle.call("history", str(mine))[0]
+    assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'
