@@ -1,9 +1,12 @@
-"""Daily maintenance of Delta tables: checkpoint, VACUUM, log cleanup, one mapped task group per table.
+"""Daily maintenance of Delta tables: OPTIMIZE, checkpoint, VACUUM, log cleanup; a task group per table.
 
 The tables come from the Airflow Variable ``delta_maintenance_tables`` (a JSON list of table URIs), read
 when the run starts, so adding a table needs no DAG change; by default the example ``events`` table. For
 each table, in order:
 
+- ``optimize``: compact the day's small files into files of the target size (Delta's OPTIMIZE, with
+  pyarrow in the task for tables up to a few GiB, on Spark beyond); the files it replaces are removed from
+  the table, and the VACUUM of a later run deletes them once they are older than the retention;
 - ``checkpoint``: a checkpoint of the latest version, so readers replay a short log and so that log
   cleanup has a recent checkpoint to keep;
 - ``vacuum``: delete data files no version of the last ``delta.deletedFileRetentionDuration`` (7 days by
@@ -21,6 +24,7 @@ import os
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Variable, task, task_group
 
+from airflow_provider_delta.operators.layout import DeltaOptimizeOperator
 from airflow_provider_delta.operators.maintenance import (
     DeltaCheckpointOperator,
     DeltaLogCleanupOperator,
@@ -49,10 +53,11 @@ with DAG(
     # [START howto_maintenance]
     @task_group
     def maintain(table_uri: str) -> None:
+        optimize = DeltaOptimizeOperator(task_id="optimize", table_uri=table_uri, delta_conn_id=CONN_ID)
         checkpoint = DeltaCheckpointOperator(task_id="checkpoint", table_uri=table_uri, delta_conn_id=CONN_ID)
         vacuum = DeltaVacuumOperator(task_id="vacuum", table_uri=table_uri, delta_conn_id=CONN_ID)
         cleanup = DeltaLogCleanupOperator(task_id="cleanup_logs", table_uri=table_uri, delta_conn_id=CONN_ID)
-        checkpoint >> vacuum >> cleanup
+        optimize >> checkpoint >> vacuum >> cleanup
     # [END howto_maintenance]
 
     maintain.expand(table_uri=tables())

@@ -145,6 +145,7 @@ CORE_FLOORS: dict[str, int] = {
     "tail": 3, "creation": 3, "data_files": 3, "row_deletion": 3, "change_data": 3, "scan": 3, "changes": 3,
     "write_plan": 3, "write_rows": 3,
     "restore": 3, "space_filling_curves": 3, "optimize_plan": 3, "optimize_commit": 3,
+    "optimize": 3,
     # 4: the facade; 5: what sits on it
     "table": 4, "cli": 5, "cli_output": 5, "cli_layout": 5, "__init__": 5,
 }  # fmt: skip

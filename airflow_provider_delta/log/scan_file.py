@@ -37,6 +37,7 @@ METADATA_FIELDS = {
 METADATA_COLUMN = "_metadata"
 ROW_ID_COLUMN = MATERIALIZED_ROW_ID
 ROW_VERSION_COLUMN = MATERIALIZED_ROW_COMMIT_VERSION
+THREADED_ROW_GROUP_ROWS = 64 * 1024  # row groups at least this long are decoded on Arrow's threads
 
 
 def check_metadata_fields(fields: Sequence[str], protocol: Protocol, metadata: Metadata, where: str) -> None:
@@ -111,14 +112,17 @@ def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterat
     local = "file" in (file_fs.protocol if isinstance(file_fs.protocol, tuple) else (file_fs.protocol,))
     source = path if local else file_fs.open(path, "rb")
     try:
-        pf = pq.ParquetFile(source, pre_buffer=True)
+        # Pre-buffering coalesces reads into few large requests: worth it on object stores, a cost on disk.
+        pf = pq.ParquetFile(source, pre_buffer=not local)
         file_fields = list(pf.schema_arrow)
         wanted = _file_columns(file_fields, spec)
         names = sorted({file_fields[i].name for i in wanted.values()})
         first_row = 0
         for rg in range(pf.num_row_groups):
             n = pf.metadata.row_group(rg).num_rows
-            data = pf.read_row_group(rg, columns=names)
+            # Decoding a small row group on Arrow's thread pool costs more than it saves (a table of many
+            # small files is read a few files at a time in threads already).
+            data = pf.read_row_group(rg, columns=names, use_threads=n >= THREADED_ROW_GROUP_ROWS)
             batch = _logical_batch(data, n, first_row, wanted, file_fields, task, spec)
             if deleted is not None:
                 batch = _drop_deleted(batch, deleted, first_row)

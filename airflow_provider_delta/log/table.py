@@ -25,6 +25,8 @@ from .creation import initial_actions
 from .data_files import add_file_from_parquet
 from .history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
 from .last_checkpoint import LastCheckpoint
+from .optimize import optimize
+from .optimize_commit import OptimizeMetrics
 from .properties import ict_enablement_version
 from .restore import RestoreResult, restore
 from .scan import Scan
@@ -186,6 +188,12 @@ class DeltaTable(TableContext):
     ) -> VacuumReport:
         """Delete unreferenced data files older than the retention, as Delta Spark's VACUUM."""
         return vacuum(self, retention_hours, dry_run, enforce_retention_duration, **options)
+
+    def optimize(self, **options: Any) -> OptimizeMetrics:
+        """Compact small files, or Z-order them (``zorder_by=[...]``), with pyarrow in this process, as
+        Delta Spark's OPTIMIZE: rows, row ids and statistics kept, ``dataChange=false``; see
+        ``optimize.optimize`` for the options (``partition_filter``, ``max_file_size``, ``progress``...)."""
+        return optimize(self, **options)
 
     def restore(
         self,

@@ -55,6 +55,9 @@ class WritePlan:
     partition_columns: tuple[str, ...]
     protocol: Protocol | None = None  # set when this write creates the table
     metadata: Metadata | None = None  # set when creating the table or merging the schema
+    # Columns of ``df`` written after the table's, as long integers without statistics: row tracking's
+    # materialized row ids and commit versions, which OPTIMIZE keeps ("Row Tracking").
+    hidden_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def read(
 
     snap = DeltaTable(table_uri, storage_options).snapshot(version=version, timestamp=timestamp)
     schema = snap.metadata.schema
-    spark_schema = _with_metadata(spark_schema_of(schema), snap, tuple(metadata))
+    spark_schema = with_metadata_schema(spark_schema_of(schema), snap, tuple(metadata))
     files = snap.files
     if files.num_rows == 0:
         return spark.createDataFrame([], spark_schema)
@@ -77,7 +77,9 @@ def read(
     return tasks.mapInArrow(scan, spark_schema)
 
 
-def _with_metadata(spark_schema: Any, snap: Any, metadata: tuple[str, ...]) -> Any:
+def with_metadata_schema(spark_schema: Any, snap: Any, metadata: tuple[str, ...]) -> Any:
+    """``spark_schema`` with the ``_metadata`` struct of ``metadata`` fields (refused by name where the
+    table has no such field, e.g. row ids on a table that does not track rows)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     if not metadata:

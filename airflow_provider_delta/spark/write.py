@@ -250,11 +250,14 @@ def write_data(plan: WritePlan, table_uri: str, storage_options: dict[str, Any])
     partitions = {c.lower() for c in plan.partition_columns}
     data_fields = [f for f in plan.schema["fields"] if f["name"].lower() not in partitions]
     by_name = {f["name"]: f for f in plan.schema["fields"]}
+    physical = delta_schema_to_arrow({"type": "struct", "fields": data_fields}, physical=True)
+    for name in plan.hidden_columns:
+        physical = physical.append(pa.field(name, pa.int64()))
     spec = WriteSpec(
         table_uri=table_uri,
         storage_options=storage_options,
-        data_columns=tuple(f["name"] for f in data_fields),
-        physical=delta_schema_to_arrow({"type": "struct", "fields": data_fields}, physical=True),
+        data_columns=(*(f["name"] for f in data_fields), *plan.hidden_columns),
+        physical=physical,
         partitions=tuple(
             (c, physical_name(by_name[c], mode), by_name[c]["type"]) for c in plan.partition_columns
         ),

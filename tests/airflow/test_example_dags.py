@@ -121,6 +121,9 @@ def test_ingest_downstream_and_maintenance_run(examples, tmp_path: Path):
         }
 
     run = _test(maintenance, DAYS[-1])
+    optimized = _xcom(run, "maintain.optimize", 0)  # one file per day: nothing to compact
+    assert optimized["engine"] == "pyarrow" and optimized["numFilesRemoved"] == 0
+    assert optimized["versions"] == []
     assert _xcom(run, "maintain.checkpoint", 0)["version"] == 3
     assert _xcom(run, "maintain.vacuum", 0)["num_files"] == 0  # the re-run's orphan is younger than 7 days
     assert _xcom(run, "maintain.cleanup_logs", 0) == []
@@ -151,14 +154,19 @@ def test_rows_dag_writes_each_day_once_and_checks_it_with_a_filtered_read(exampl
 
 def test_maintenance_maps_over_the_tables_variable(examples, tmp_path: Path, monkeypatch):
     tables = [str(tmp_path / name) for name in ("a", "b")]
-    for uri in tables:
+    for uri in tables:  # two small files each: OPTIMIZE compacts them into one, as version 2
         deltalake.write_deltalake(uri, pa.table({"id": [1, 2]}))
+        deltalake.write_deltalake(uri, pa.table({"id": [3]}), mode="append")
     monkeypatch.setenv("AIRFLOW_VAR_DELTA_MAINTENANCE_TABLES", f'["{tables[0]}", "{tables[1]}"]')
     run = _test(examples("delta_maintenance"), DAYS[0])
     for i, uri in enumerate(tables):
-        assert _xcom(run, "maintain.checkpoint", i) == {**_xcom(run, "maintain.checkpoint", i), "version": 0}
-        assert (Path(uri) / "_delta_log" / f"{0:020d}.checkpoint.parquet").exists()
-        assert deltalake.DeltaTable(uri).to_pyarrow_table().num_rows == 2
+        optimized = _xcom(run, "maintain.optimize", i)
+        assert optimized["numFilesRemoved"] == 2 and optimized["versions"] == [2]
+        assert _xcom(run, "maintain.checkpoint", i) == {**_xcom(run, "maintain.checkpoint", i), "version": 2}
+        assert (Path(uri) / "_delta_log" / f"{2:020d}.checkpoint.parquet").exists()
+        theirs = deltalake.DeltaTable(uri)
+        assert len(theirs.file_uris()) == 1
+        assert sorted(theirs.to_pyarrow_table()["id"].to_pylist()) == [1, 2, 3]
 
 
 def test_downstream_defers_until_the_day_lands(examples, tmp_path: Path):

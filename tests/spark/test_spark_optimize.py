@@ -7,7 +7,6 @@ the commit says what Delta Spark's would.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -18,8 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
-from airflow_provider_delta.log import AddFile, DeltaTable, add_file_from_parquet
-from airflow_provider_delta.log.deletion_vectors import write_deletion_vectors
+from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.errors import ZOrderColumnError
 from airflow_provider_delta.spark import write
 from airflow_provider_delta.spark.optimize import optimize
@@ -78,10 +76,7 @@ def test_compaction_on_spark_rewrites_small_files_into_one_per_partition(spark, 
 
 def test_deletion_vectors_are_applied_and_files_in_batches(spark, tmp_path: Path):
     table = _table(tmp_path / "t", 3, config={"delta.enableDeletionVectors": "true"})
-    f = AddFile.from_dict(table.snapshot().files.to_pylist()[0])
-    [dv] = write_deletion_vectors(table.store.fs, table.store.root, [[0, 5, 7]])
-    table.transaction().remove_files([f]).add_files([dataclasses.replace(f, deletion_vector=dv.to_json())]
-                                                    ).commit("DELETE")  # fmt: skip
+    table.transaction().delete_rows({table.snapshot().file_paths()[0]: [0, 5, 7]}).commit("DELETE")
     before = kernel_rows(tmp_path / "t")
     assert len(before) == 6 * 20 - 3
     metrics = optimize(spark, table.uri, batch_size=1)  # every bin its own commit
@@ -99,7 +94,9 @@ def test_zorder_on_spark_narrows_each_files_ranges(spark, tmp_path: Path):
     assert kernel_rows(tmp_path / "t") == before
     assert metrics.zorder_stats["numOutputCubes"] == 2
     files = table.snapshot().files
-    assert files.num_rows >= 6  # about 4 per partition: range partitioning may merge a sparse range
+    # About 4 per partition (cut_keys places a cut only where a block of the curve begins near it); each
+    # file the plan cuts is a Spark partition of its own, never merged with the next.
+    assert files.num_rows >= 6
     stats = [json.loads(s) for s in files.column("stats").to_pylist()]
     # Each file holds a stretch of the Z-curve: together their boxes cover a fraction of what files of
     # randomly ordered rows would (each about the whole 1000 x 1000 square).
@@ -143,3 +140,28 @@ def test_a_failing_job_leaves_no_files(spark, tmp_path: Path):
     with pytest.raises(Exception, match="(?i)parquet|magic"):
         optimize(spark, table.uri)
     assert sorted(p for p in (tmp_path / "t").rglob("*.parquet")) == data and table.version() == 1
+
+
+def test_row_ids_and_commit_versions_are_kept(spark, tmp_path: Path):
+    from airflow_provider_delta.spark.read import read
+
+    config = {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": "true"}
+    table = _table(tmp_path / "t", 1, config=config)
+    for i in range(3):  # more commits: rows of several versions
+        rows = pa.table({"id": pa.array(range(1000 + 10 * i, 1010 + 10 * i), pa.int64()),
+                         "x": pa.array([i] * 10, pa.int32()), "y": pa.array([i] * 10, pa.int32()),
+                         "p": ["a"] * 5 + ["b"] * 5})  # fmt: skip
+        table.write(rows)
+    table.transaction().delete_rows({table.snapshot().file_paths()[0]: [1, 4]}).commit("DELETE")
+
+    def tracked() -> list[tuple]:
+        df = read(spark, table.uri, metadata=["row_id", "row_commit_version"])
+        return sorted(df.selectExpr("id", "_metadata.row_id", "_metadata.row_commit_version").collect())
+
+    before = tracked()
+    assert len(before) == 40 + 30 - 2 and len({r[1] for r in before}) == len(before)
+    metrics = optimize(spark, table.uri, zorder_by=["x"])
+    assert metrics.num_files_removed == 8 and table.snapshot().num_files == 2
+    assert tracked() == before
+    # The new files got fresh base ids above every id handed out; the rows keep theirs.
+    assert min(table.snapshot().files.column("baseRowId").to_pylist()) > max(r[1] for r in before)
