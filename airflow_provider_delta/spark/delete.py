@@ -71,7 +71,8 @@ def delete(
     if condition is None or only_partitions(target.snap, expr):
         changes.removes = [AddFile.from_dict(r) for r in files.to_pylist()]
         metrics.update(numRemovedFiles=len(changes.removes), numDeletedRows=num_records(changes.removes),
-                       numRemovedBytes=sum(a.size for a in changes.removes))  # fmt: skip
+                       numRemovedBytes=sum(a.size for a in changes.removes), scanTimeMs=0,
+                       rewriteTimeMs=0)  # fmt: skip
     else:
         matched = F.coalesce(cond, F.lit(False))
         hits = row_indexes(rows.where(matched).select(PATH, INDEX).toArrow())
