@@ -245,8 +245,12 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
                 f"matched by {twice[0]['count']} source rows: which one updates or deletes it is undefined. "
                 "Deduplicate the source on the merge keys; nothing was written"
             )
-    counts = {r[_CLAUSE]: r["count"] for r in plan.groupBy(_CLAUSE).count().collect()}
-    per_clause = [counts.get(i, 0) for i in range(len(clauses))]
+    # Target rows counted once each (an unconditional delete may match one several times); inserts by row.
+    targets = F.count_distinct(F.col(PATH), F.col(INDEX)).alias("targets")
+    tallies = plan.groupBy(_CLAUSE).agg(F.count(F.lit(1)).alias("rows"), targets).collect()
+    counts = {r[_CLAUSE]: r for r in tallies}
+    per_clause = [(counts[i]["rows"] if c.action == "insert" else counts[i]["targets"]) if i in counts else 0
+                  for i, c in enumerate(clauses)]  # fmt: skip
     counted = time.monotonic()
     metrics = _metrics(clauses, per_clause, builder.source.count())
     # Delta Spark materializes the source first (so it cannot change between its two passes); ours is
@@ -257,6 +261,7 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
     hits = row_indexes(touched_rows.select(PATH, INDEX).toArrow())
     updated = plan.where(F.col(_KIND) == "update")
     inserted = plan.where(F.col(_KIND) == "insert")
+    deleted = plan.where(F.col(_KIND) == "delete")
     if not hits and not per_clause_inserts(clauses, per_clause):
         return RowChangeResult(None, metrics)
     if metrics["numTargetRowsUpdated"] or (hits and not target.deletion_vectors):
@@ -279,7 +284,7 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
             change_rows(target, inserted.select(*out), "insert"),
             change_rows(target, updated.select(*old), "update_preimage"),
             change_rows(target, updated.select(*out), "update_postimage"),
-            change_rows(target, plan.where(F.col(_KIND) == "delete").select(*old), "delete"),
+            change_rows(target, deleted.dropDuplicates([PATH, INDEX]).select(*old), "delete"),
         ]
     output_rows = num_records(changes.adds)
     metrics.update(
