@@ -80,6 +80,7 @@ def delete(
         metrics["numDeletedRows"] = sum(len(i) for i in hits.values())
         if target.deletion_vectors:
             changes.deletes = hits
+            metrics["rewriteTimeMs"] = 0  # the vectors are written by the commit: in executionTimeMs
         elif hits:
             target.check_rewritable()
             rewrite_started = time.monotonic()
