@@ -11,7 +11,8 @@ needs a condition; a target row matched by several source rows is refused (:clas
 unless the only matched clause is an unconditional delete; the target is ``target`` and the source
 ``source`` in conditions and values (``target_alias``/``source_alias``); NULL-safe keys only with ``<=>``.
 
-Execution: the target's rows (with their file and row index) are joined with the source (inner, right or
+Execution: the target's files that may hold matched rows (``merge_pruning``: by the source's key ranges)
+are read with each row's file and row index, and joined with the source (inner, right or
 full outer join as the clauses need), each joined row gets the clause that acts on it and its output values;
 then, as for UPDATE, either deletion vectors mark the updated and deleted target rows and only updated and
 inserted rows are written, or every touched file is rewritten (copying its untouched rows) and removed.
@@ -30,6 +31,7 @@ from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.errors import MergeCardinalityError
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
 
+from .merge_pruning import merge_files
 from .row_changes import (
     INDEX,
     PATH,
@@ -149,10 +151,11 @@ def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
 
     started = time.monotonic()
     clauses, s_alias, t_alias = builder.clauses, builder.source_alias, builder.target_alias
-    files = target.snap.files
+    whens = {c.when for c in clauses}
+    on_text = builder.on if isinstance(builder.on, str) else None
+    files = merge_files(target, builder.source, on_text, t_alias, s_alias, NOT_MATCHED_BY_SOURCE in whens)
     source = builder.source.withColumn(_S, F.lit(True)).alias(s_alias)
     rows = target_rows(builder.source.sparkSession, target, files).withColumn(_T, F.lit(True)).alias(t_alias)
-    whens = {c.when for c in clauses}
     how = "full" if NOT_MATCHED_BY_SOURCE in whens else "right" if NOT_MATCHED in whens else "inner"
     on = analysed(rows.crossJoin(source), {"merge condition": builder.on}, target.where)["merge condition"]
     joined = rows.join(source, on, how)

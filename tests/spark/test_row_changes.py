@@ -186,3 +186,26 @@ def test_tables_we_cannot_change_are_refused(spark, tmp_path: Path):
     with pytest.raises(UnsupportedFeatureError, match="row ids"):
         update(spark, tracked, {"v": "0"}, "id = 1")
     assert DeltaTable(append_only).version() == 0 and DeltaTable(tracked).version() == 0
+
+
+def test_merge_reads_only_files_the_source_keys_can_match(spark, tmp_path: Path):
+    """Three files of disjoint id ranges; a source whose ids fall in one of them: only that file is read
+    (and, without deletion vectors, rewritten); a key of another type, or a NOT MATCHED BY SOURCE clause,
+    reads every file."""
+    from airflow_provider_delta.spark.merge_pruning import merge_files
+    from airflow_provider_delta.spark.row_changes import open_target
+
+    uri = str(tmp_path / "t")
+    for lo in (0, 100, 200):
+        write(spark.range(lo, lo + 50, 1, 1).selectExpr("id", "0 AS v", "'s' AS s", "'a' AS p"), uri)
+    source = spark.range(120, 125).selectExpr("id", "1 AS v", "'n' AS s", "'a' AS p")
+    target = open_target(uri, None, "MERGE")
+    assert merge_files(target, source, "target.id = source.id", "target", "source", False).num_rows == 1
+    as_text = source.selectExpr("cast(id AS string) AS id")
+    assert merge_files(target, as_text, "target.id = source.id", "target", "source", False).num_rows == 3
+    assert merge_files(target, source, "target.id = source.id", "target", "source", True).num_rows == 3
+    result = merge(source, uri, "target.id = source.id").when_matched_update_all().execute()
+    assert result.metrics["numTargetFilesRemoved"] == 1 and result.metrics["numTargetRowsCopied"] == 45
+    assert {i: r[0] for i, r in _rows(spark, uri).items()} == {
+        i: int(120 <= i < 125) for lo in (0, 100, 200) for i in range(lo, lo + 50)
+    }
