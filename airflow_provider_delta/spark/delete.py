@@ -29,6 +29,7 @@ from .row_changes import (
     commit,
     condition_text,
     files_named,
+    files_where,
     num_records,
     only_partitions,
     open_target,
@@ -69,6 +70,8 @@ def delete(
                "numAddedBytes": 0, "numRemovedBytes": 0, "numDeletionVectorsAdded": 0,
                "numDeletionVectorsRemoved": 0, "numDeletionVectorsUpdated": 0}  # fmt: skip
     if condition is None or only_partitions(target.snap, expr):
+        if condition is not None:
+            files = files_where(spark, target, files, cond)
         changes.removes = [AddFile.from_dict(r) for r in files.to_pylist()]
         metrics.update(numRemovedFiles=len(changes.removes), numDeletedRows=num_records(changes.removes),
                        numRemovedBytes=sum(a.size for a in changes.removes), scanTimeMs=0,

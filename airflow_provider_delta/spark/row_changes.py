@@ -38,6 +38,7 @@ from airflow_provider_delta.log.errors import (
     UnsupportedFeatureError,
 )
 from airflow_provider_delta.log.expressions import ColumnNotFoundError, Expr
+from airflow_provider_delta.log.partition_values import typed_partition_values
 from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
 from airflow_provider_delta.log.protocol import check_write_supported, writer_features
 from airflow_provider_delta.log.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS, delete_metrics
@@ -207,6 +208,20 @@ def only_partitions(snap: Snapshot, expr: Expr | None) -> bool:
     partitions = {c.lower() for c in snap.partition_columns}
     names = [path[0].lower() for path in expr.columns()]
     return bool(names) and all(n in partitions for n in names)
+
+
+def files_where(spark: SparkSession, target: Target, files: pa.Table, condition: Column) -> pa.Table:
+    """The files whose partition values satisfy a condition on partition columns only, evaluated by Spark
+    on the typed values (so with Spark's semantics, not skipping's over-approximation): the files a
+    metadata-only delete removes whole."""
+    from pyspark.sql import functions as F
+
+    if files.num_rows == 0:
+        return files
+    values = typed_partition_values(target.snap.metadata, files)
+    values = values.append_column("__file", pa.array(range(files.num_rows), pa.int64()))
+    hits = spark.createDataFrame(values).where(F.coalesce(condition, F.lit(False))).select("__file").toArrow()
+    return files.take(hits.column("__file"))
 
 
 def target_rows(spark: SparkSession, target: Target, files: pa.Table) -> DataFrame:

@@ -209,3 +209,14 @@ def test_merge_reads_only_files_the_source_keys_can_match(spark, tmp_path: Path)
     assert {i: r[0] for i, r in _rows(spark, uri).items()} == {
         i: int(120 <= i < 125) for lo in (0, 100, 200) for i in range(lo, lo + 50)
     }
+
+
+@pytest.mark.parametrize("condition", ["p = 'a'", "upper(p) = 'A'", "p IN ('a', 'zz') AND p IS NOT NULL"])
+def test_a_condition_on_partitions_only_removes_whole_files_unread(spark, tmp_path: Path, condition: str):
+    uri = _make(spark, tmp_path / "t", {"delta.enableDeletionVectors": "true"}, ["p"], n=30)
+    result = delete(spark, uri, condition)
+    actions = _commit(uri, result.version)
+    assert "add" not in actions and {dict(r["partitionValues"])["p"] for r in actions["remove"]} == {"a"}
+    metrics = result.metrics
+    assert metrics["numDeletedRows"] == 10 and metrics["numRemovedFiles"] == len(actions["remove"])
+    assert sorted(_rows(spark, uri)) == [i for i in range(30) if i % 3]
