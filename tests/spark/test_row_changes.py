@@ -128,9 +128,13 @@ def test_delete_update_merge_on_each_layout(spark, tmp_path: Path, layout: str):
 
 
 def test_nothing_matching_commits_nothing(spark, tmp_path: Path):
+    """Conditions and values may be Columns as well as SQL text."""
     uri = _make(spark, tmp_path / "t", {}, None, n=10)
     nothing = merge(spark.range(500, 501), uri, "target.id = source.id").when_matched_delete()
-    results = [delete(spark, uri, "id > 100"), update(spark, uri, {"v": "0"}, "id > 100"), nothing.execute()]
+    from pyspark.sql import functions as F
+
+    results = [delete(spark, uri, F.col("id") > 100), update(spark, uri, {"v": F.lit(0)}, "id > 100"),
+               nothing.execute()]  # fmt: skip
     for result in results:
         assert result.version is None
     assert DeltaTable(uri).version() == 0
