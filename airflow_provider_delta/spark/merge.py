@@ -265,7 +265,11 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
     updated = plan.where(F.col(_KIND) == "update")
     inserted = plan.where(F.col(_KIND) == "insert")
     deleted = plan.where(F.col(_KIND) == "delete")
-    if not hits and not per_clause_inserts(clauses, per_clause):
+    # Delta Spark's copy-on-write MERGE with a NOT MATCHED BY SOURCE clause takes every file it read as
+    # touched (its full outer join marks them all), so it rewrites them even when no row changes: ours does
+    # the same, so that both commit the same files and conflict with the same concurrent removes.
+    every_file = not target.deletion_vectors and any(c.when == NOT_MATCHED_BY_SOURCE for c in clauses)
+    if not hits and not per_clause_inserts(clauses, per_clause) and not (every_file and files.num_rows):
         return RowChangeResult(None, metrics)
     if metrics["numTargetRowsUpdated"] or (hits and not target.deletion_vectors):
         target.check_rewritable()
@@ -278,7 +282,7 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
         changes.deletes = hits
         written = plan.where(F.col(_KIND).isin("update", "insert")).select(*out)
     else:
-        touched = files_named(files, hits)
+        touched = files if every_file else files_named(files, hits)
         changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
         written = _rewritten(builder, target, touched, touched_rows, n).unionByName(inserted.select(*out))
     changes.adds = write_rows(target, written)
