@@ -12,7 +12,7 @@ set the same metadata domain conflict, except ``delta.rowTracking``, whose ids t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -138,22 +138,27 @@ class ReadSet:
     """What a transaction read: it decides which concurrent changes invalidate it.
 
     ``whole_table`` for a read without a partition filter (e.g. an overwrite); ``partitions`` for reads
-    restricted to partitions (each a mapping of partition column -> serialised value); ``files`` for the
-    paths read (every removed file was read); ``app_ids`` for the application ids checked.
+    restricted to partitions (each a mapping of partition column -> serialised value); ``predicates`` for
+    reads by a predicate (each tells whether serialised partition values can hold rows it matches: Delta
+    Spark's read predicates, of which its checker evaluates the partition part on concurrent adds);
+    ``files`` for the paths read (every removed file was read); ``app_ids`` for the application ids checked.
     """
 
     whole_table: bool = False
     partitions: list[Mapping[str, str | None]] = field(default_factory=list)
     files: set[str] = field(default_factory=set)
     app_ids: set[str] = field(default_factory=set)
+    predicates: list[Callable[[Mapping[str, str | None]], bool]] = field(default_factory=list)
 
     def is_blind(self) -> bool:
-        return not (self.whole_table or self.partitions or self.files)
+        return not (self.whole_table or self.partitions or self.files or self.predicates)
 
     def covers(self, partition_values: Mapping[str, str | None]) -> bool:
         if self.whole_table:
             return True
-        return any(all(partition_values.get(k) == v for k, v in p.items()) for p in self.partitions)
+        if any(all(partition_values.get(k) == v for k, v in p.items()) for p in self.partitions):
+            return True
+        return any(matches(partition_values) for matches in self.predicates)
 
 
 def check_conflicts(

@@ -235,3 +235,20 @@ class RestoreMissingFilesError(DeltaError):
         super().__init__(message)
         self.version = version
         self.files = files
+
+
+class InvalidConditionError(DeltaError):
+    """A DELETE, UPDATE or MERGE condition (or a SET / VALUES expression) that the engine cannot analyse:
+    not SQL, of the wrong type, or naming a column the table (or the source) lacks. ``expression`` is the
+    text given. Nothing was written."""
+
+    def __init__(self, message: str, *, expression: str) -> None:
+        super().__init__(message)
+        self.expression = expression
+
+
+class MergeCardinalityError(DeltaError):
+    """A MERGE whose target row is matched by more than one source row, with an update or delete clause
+    that would apply to it: which source row wins is undefined, so Delta Spark refuses it (its
+    ``DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE``) and so do we. Nothing was written:
+    deduplicate the source on the merge keys first."""

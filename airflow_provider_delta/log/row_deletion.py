@@ -301,15 +301,23 @@ def row_delete_actions(
                 stats=wide_bounds(d.stats, len(d.before)),
             )
         )
-    had = [d.live.deletion_vector is not None for d in kept]
-    metrics = {
+    metrics = delete_metrics(deletes)
+    return RowDeleteActions(adds, removes, metrics)
+
+
+def delete_metrics(deletes: Sequence[FileRowDeletes]) -> dict[str, int]:
+    """Delta Spark's DELETE metrics of these deletes, known before anything is written: rows newly deleted,
+    files left with no row (removed whole), vectors added, removed (with their file) and updated."""
+    changed = [d for d in deletes if len(d.rows) > len(d.before)]
+    whole = [d for d in changed if len(d.rows) == d.num_records]
+    had = [d.live.deletion_vector is not None for d in changed if len(d.rows) < d.num_records]
+    return {
         "numDeletedRows": sum(len(d.rows) - len(d.before) for d in changed),
         "numRemovedFiles": len(whole),
         "numDeletionVectorsAdded": had.count(False),
         "numDeletionVectorsRemoved": sum(d.live.deletion_vector is not None for d in whole),
         "numDeletionVectorsUpdated": had.count(True),
     }
-    return RowDeleteActions(adds, removes, metrics)
 
 
 def _random_prefix_length(metadata: Metadata) -> int:

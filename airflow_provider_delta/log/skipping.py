@@ -19,12 +19,16 @@ files and filtering their rows gives exactly the matching rows.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .actions import Metadata
 from .evaluate import cast, predicate_mask
 from .expressions import COMPARISONS, NEGATED, Call, Column, Expr, Literal
+from .partition_values import typed_partition_values
+from .schema import column_mapping_mode, physical_name
 from .sql_parser import UnsupportedExpressionError
 
 _MAX_STRING_BOUND = 32  # Delta Spark's dataSkippingStringPrefixLength: longer maxima may be cut short
@@ -188,3 +192,19 @@ def _all_null(path: tuple[str, ...], files: FileStatistics) -> pa.Array | None:
     if nulls is None:
         return None
     return pc.fill_null(pc.equal(nulls, _num_records(files)), False)
+
+
+def partition_matcher(metadata: Metadata, expr: Expr) -> Callable[[Mapping[str, str | None]], bool]:
+    """Whether a file with these serialised partition values (keyed by physical name, as in an ``add``) may
+    hold rows where ``expr`` is true: the partition part decides, data columns are unknown (so may match).
+    What a conflict check asks of a concurrent append against a transaction's read predicate."""
+    mode = column_mapping_mode(metadata.configuration)
+    physical = {f["name"].lower(): physical_name(f, mode) for f in metadata.schema["fields"]}
+    kind = pa.map_(pa.string(), pa.string())
+
+    def matches(values: Mapping[str, str | None]) -> bool:
+        files = pa.table({"partitionValues": pa.array([list(values.items())], kind)})
+        facts = FileStatistics(1, typed_partition_values(metadata, files), None, physical)
+        return bool(files_matching(expr, facts)[0].as_py())
+
+    return matches

@@ -52,6 +52,7 @@ from .errors import (
     ProtocolChangedError,
     StaleSnapshotError,
 )
+from .expressions import Expr
 from .file_references import FileRef, file_refs, live_files, new_adds, tombstone
 from .history import locate_app_transaction
 from .identity import with_high_water_marks
@@ -61,7 +62,9 @@ from .row_deletion import INLINE_MAX_BYTES, RowDeletes
 from .row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from .row_tracking import RowIdAssignment, plan_row_ids
 from .segment import commit_name, commit_version
+from .skipping import partition_matcher
 from .snapshot import Snapshot, load_snapshot
+from .sql_parser import UnsupportedExpressionError, parse
 from .storage import put_if_absent
 from .table_context import TableContext
 from .visibility import base_present, check_visible, holds_effects
@@ -248,6 +251,29 @@ class Transaction:
         """Declare reads restricted to partitions, given as serialised partition values."""
         self._check_open()
         self.read.partitions.extend(str_map_arg(p, "partition", null_values=True) for p in partitions)
+        return self
+
+    def read_files(self, paths: Iterable[str]) -> Transaction:
+        """Declare live files read (e.g. those a predicate's skipping kept): a concurrent remove of one of
+        them conflicts (``ConcurrentDeleteReadError``), as in Delta Spark's ``readFiles``."""
+        self._check_open()
+        self.read.files.update(str_arg(p, "path", empty=False) for p in paths)
+        return self
+
+    def read_predicate(self, predicate: str | Expr) -> Transaction:
+        """Declare a read of the rows matching ``predicate`` (Spark SQL text or a parsed tree), as Delta
+        Spark's DELETE, UPDATE and MERGE record it: a concurrent append conflicts when its partition values
+        may hold such rows (data columns cannot be judged from them, so on an unpartitioned table every
+        append does). A predicate the parser does not support reads the whole table."""
+        self._check_open()
+        if self.snapshot is None:
+            raise InvalidCommitError("a transaction that creates a table reads nothing")
+        try:
+            expr = parse(predicate) if isinstance(predicate, str) else predicate
+        except UnsupportedExpressionError:
+            self.read.whole_table = True
+            return self
+        self.read.predicates.append(partition_matcher(self.snapshot.metadata, expr))
         return self
 
     def _check_open(self) -> None:

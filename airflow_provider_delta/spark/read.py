@@ -35,6 +35,8 @@ from .schema import spark_schema_of
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_provider_delta.log import Snapshot
+
 _TASK_COLUMNS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
 
 
@@ -48,12 +50,23 @@ def read(
 ) -> DataFrame:
     """The table at ``version`` / ``timestamp`` (latest by default) as a DataFrame with logical names;
     ``metadata`` adds a ``_metadata`` struct of those fields (``METADATA_FIELDS``)."""
+    snap = DeltaTable(table_uri, storage_options).snapshot(version=version, timestamp=timestamp)
+    return read_files(spark, snap, snap.files, storage_options, metadata)
+
+
+def read_files(
+    spark: SparkSession,
+    snap: Snapshot,
+    files: pa.Table,
+    storage_options: dict[str, Any] | None = None,
+    metadata: Sequence[str] = (),
+) -> DataFrame:
+    """The rows of ``files`` (``add`` rows of ``snap``, e.g. those a predicate may touch) as ``read`` gives
+    a whole snapshot's: what DELETE, UPDATE and MERGE scan for the rows they change."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    snap = DeltaTable(table_uri, storage_options).snapshot(version=version, timestamp=timestamp)
     schema = snap.metadata.schema
     spark_schema = with_metadata_schema(spark_schema_of(schema), snap, tuple(metadata))
-    files = snap.files
     if files.num_rows == 0:
         return spark.createDataFrame([], spark_schema)
     names = tuple(f["name"] for f in schema["fields"])
@@ -70,6 +83,7 @@ def read(
     )
     output = to_arrow_schema(spark_schema, timezone="UTC")
     tasks = spark.createDataFrame(files.select(_TASK_COLUMNS))
+    table_uri = snap.store.uri
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return scan_files(batches, table_uri, spec, output)

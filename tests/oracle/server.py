@@ -289,11 +289,12 @@ def _seq(items: list[Any]) -> Any:
 
 
 @api
-def begin(path: str, read: str | None = None, remove: list[str] | None = None, add: list[str] | None = None,
-          app: list[Any] | None = None, configuration: dict[str, str] | None = None) -> int:  # fmt: skip
+def begin(path: str, read: str | list[str] | None = None, remove: list[str] | None = None,
+          add: list[str] | None = None, app: list[Any] | None = None,
+          configuration: dict[str, str] | None = None) -> int:  # fmt: skip
     """Start a transaction on the latest snapshot and do its reads now; ``commit`` commits it later.
 
-    :param read: ``"all"`` (the whole table), or a partition predicate such as ``part = 'a'``.
+    :param read: ``"all"`` (the whole table), a predicate such as ``part = 'a'``, or a list of conjuncts.
     :param remove: paths (as in the log) of live files to remove.
     :param add: ``add`` actions as JSON objects (``{"add": {...}}``).
     :param app: ``[appId, version]``: read the app's version now, set it in the commit.
@@ -306,8 +307,11 @@ def begin(path: str, read: str | None = None, remove: list[str] | None = None, a
     if read == "all":
         txn.filterFiles()
     elif read:
-        plan = spark.read.format("delta").load(path).where(read)._jdf.queryExecution().analyzed()
-        txn.filterFiles(_seq([plan.condition()]), False)  # (filters, keepNumRecords)
+        # A list is the conjuncts of one predicate, as DELETE/UPDATE/MERGE split it before filterFiles.
+        table = spark.read.format("delta").load(path)
+        conditions = [table.where(r)._jdf.queryExecution().analyzed().condition()
+                      for r in ([read] if isinstance(read, str) else read)]  # fmt: skip
+        txn.filterFiles(_seq(conditions), False)  # (filters, keepNumRecords)
     if remove:
         files = txn.snapshot().allFiles().collectAsList()
         live = {f.path(): f for f in files}

@@ -1,0 +1,103 @@
+"""DELETE on Spark, as Delta Spark's ``DeleteCommand``: ``delete(spark, uri, "date < '2020-01-01'")``.
+
+- No condition, or one that reads partition columns only: the files it selects are removed whole, without
+  reading them (a metadata-only delete; the change data feed infers their rows as deleted).
+- Otherwise the files skipping keeps are scanned for matching rows (``_metadata.file_path``/``row_index``):
+  with deletion vectors the rows are marked (no change data is written: readers infer it from the vectors,
+  as for Delta Spark's DELETE); without, each touched file is rewritten without them and, when the change
+  data feed is on, the deleted rows are written as ``delete`` change data.
+
+Rows where the condition is NULL are kept, as SQL's DELETE keeps them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_delta.log import AddFile
+
+from .row_changes import (
+    INDEX,
+    PATH,
+    Changes,
+    RowChangeResult,
+    already_committed,
+    analysed,
+    candidate_files,
+    change_rows,
+    commit,
+    condition_text,
+    files_named,
+    files_where,
+    num_records,
+    only_partitions,
+    open_target,
+    row_indexes,
+    target_rows,
+    write_rows,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+
+def delete(
+    spark: SparkSession,
+    table_uri: str,
+    condition: str | Column | None = None,
+    *,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> RowChangeResult:
+    """Delete the rows of the table at ``table_uri`` where ``condition`` (Spark SQL text or a Column) is
+    true; every row without one. One commit (none when no row matches); Delta Spark's DELETE metrics."""
+    from pyspark.sql import functions as F
+
+    target = open_target(table_uri, storage_options, "DELETE")
+    if (done := already_committed(target, app_id, app_version)) is not None:
+        return done
+    text = condition_text(condition)
+    files, expr = candidate_files(target.snap, text)
+    scan_started = time.monotonic()
+    rows = target_rows(spark, target, files)
+    cond = analysed(rows, {"condition": condition}, target.where)["condition"] if condition is not None \
+        else F.lit(True)  # fmt: skip
+    params = {"predicate": [text] if text is not None else []}
+    changes = Changes(read_files=files.column("path").to_pylist())
+    metrics = {"numAddedFiles": 0, "numRemovedFiles": 0, "numDeletedRows": 0, "numCopiedRows": 0,
+               "numAddedBytes": 0, "numRemovedBytes": 0, "numDeletionVectorsAdded": 0,
+               "numDeletionVectorsRemoved": 0, "numDeletionVectorsUpdated": 0}  # fmt: skip
+    if condition is None or only_partitions(target.snap, expr):
+        if condition is not None:
+            files = files_where(spark, target, files, cond)
+        changes.removes = [AddFile.from_dict(r) for r in files.to_pylist()]
+        metrics.update(numRemovedFiles=len(changes.removes), numDeletedRows=num_records(changes.removes),
+                       numRemovedBytes=sum(a.size for a in changes.removes), scanTimeMs=0,
+                       rewriteTimeMs=0)  # fmt: skip
+    else:
+        matched = F.coalesce(cond, F.lit(False))
+        hits = row_indexes(rows.where(matched).select(PATH, INDEX).toArrow())
+        metrics["scanTimeMs"] = int((time.monotonic() - scan_started) * 1000)
+        metrics["numDeletedRows"] = sum(len(i) for i in hits.values())
+        if target.deletion_vectors:
+            changes.deletes = hits
+            metrics["rewriteTimeMs"] = 0  # the vectors are written by the commit: in executionTimeMs
+        elif hits:
+            target.check_rewritable()
+            rewrite_started = time.monotonic()
+            touched = files_named(files, hits)
+            old = target_rows(spark, target, touched)
+            changes.adds = write_rows(target, old.where(~matched).drop(PATH, INDEX))
+            changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
+            if target.change_data:
+                changes.change_data.append(change_rows(target, old.where(matched), "delete"))
+            metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),
+                           numCopiedRows=num_records(changes.adds),
+                           numAddedBytes=sum(a.size for a in changes.adds),
+                           numRemovedBytes=sum(a.size for a in changes.removes),
+                           rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000))  # fmt: skip
+    if not (changes.removes or changes.deletes):
+        return RowChangeResult(None, metrics)  # Delta Spark commits nothing when no row matches
+    return commit(target, changes, text, params, metrics, app_id, app_version)

@@ -1,0 +1,367 @@
+"""MERGE on Spark, as Delta Spark's ``MergeIntoCommand``, with a builder a Delta Spark user recognises::
+
+    merge(changes_df, uri, on="target.id = source.id")
+        .when_matched_update(set={"name": "source.name"})
+        .when_not_matched_insert_all()
+        .execute()
+
+Semantics as Delta Spark's: clauses of each kind are tried in the order given and the first whose condition
+holds acts (a row no clause takes is left as it is, or not inserted); every clause of a kind but the last
+needs a condition; a target row matched by several source rows is refused (:class:`MergeCardinalityError`)
+unless the only matched clause is an unconditional delete; the target is ``target`` and the source
+``source`` in conditions and values (``target_alias``/``source_alias``); NULL-safe keys only with ``<=>``.
+
+Execution: the target's files that may hold matched rows (``merge_pruning``: by the source's key ranges)
+are read with each row's file and row index, and joined with the source (inner, right or
+full outer join as the clauses need), each joined row gets the clause that acts on it and its output values;
+then, as for UPDATE, either deletion vectors mark the updated and deleted target rows and only updated and
+inserted rows are written, or every touched file is rewritten (copying its untouched rows) and removed.
+With the change data feed on, every change is written as change data (``insert``, ``update_preimage``,
+``update_postimage``, ``delete``), as Delta Spark's MERGE does. One commit through the core.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log.errors import MergeCardinalityError
+from airflow_provider_delta.log.expressions import ColumnNotFoundError
+
+from .merge_pruning import merge_files
+from .row_changes import (
+    INDEX,
+    PATH,
+    Changes,
+    RowChangeResult,
+    Target,
+    already_committed,
+    analysed,
+    change_rows,
+    commit,
+    condition_text,
+    files_named,
+    num_records,
+    open_target,
+    row_indexes,
+    target_rows,
+    write_rows,
+)
+from .schema import spark_schema_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE = "matched", "notMatched", "notMatchedBySource"
+_CLAUSE, _KIND, _T, _S = "__merge_clause", "__merge_kind", "__merge_target", "__merge_source"
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One WHEN clause: when it applies (``MATCHED`` ...), what it does (``update``, ``delete``,
+    ``insert``), its condition, and its assignments (``None``: every column from the source's same name)."""
+
+    when: str
+    action: str
+    condition: str | Column | None = None
+    assignments: Mapping[str, str | Column] | None = None
+
+
+def merge(
+    source: DataFrame,
+    table_uri: str,
+    on: str | Column,
+    *,
+    source_alias: str = "source",
+    target_alias: str = "target",
+    app_id: str | None = None,
+    app_version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> MergeBuilder:
+    """A MERGE of ``source`` into the table at ``table_uri`` matching rows where ``on`` holds; add clauses,
+    then ``execute()``."""
+    return MergeBuilder(source, table_uri, on, source_alias, target_alias, app_id, app_version,
+                        storage_options)  # fmt: skip
+
+
+class MergeBuilder:
+    """Collects WHEN clauses in order; ``execute()`` runs the MERGE as one commit."""
+
+    def __init__(
+        self, source: DataFrame, table_uri: str, on: str | Column, source_alias: str, target_alias: str,
+        app_id: str | None, app_version: int | None, storage_options: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
+        self.source, self.table_uri, self.on = source, table_uri, on
+        self.source_alias, self.target_alias = source_alias, target_alias
+        self.app_id, self.app_version, self.storage_options = app_id, app_version, storage_options
+        self.clauses: list[Clause] = []
+
+    def _add(self, clause: Clause) -> MergeBuilder:
+        self.clauses.append(clause)
+        return self
+
+    def when_matched_update(self, set: Mapping[str, str | Column], condition: str | Column | None = None
+                            ) -> MergeBuilder:  # fmt: skip
+        return self._add(Clause(MATCHED, "update", condition, dict(set)))
+
+    def when_matched_update_all(self, condition: str | Column | None = None) -> MergeBuilder:
+        return self._add(Clause(MATCHED, "update", condition, None))
+
+    def when_matched_delete(self, condition: str | Column | None = None) -> MergeBuilder:
+        return self._add(Clause(MATCHED, "delete", condition))
+
+    def when_not_matched_insert(self, values: Mapping[str, str | Column],
+                                condition: str | Column | None = None) -> MergeBuilder:  # fmt: skip
+        return self._add(Clause(NOT_MATCHED, "insert", condition, dict(values)))
+
+    def when_not_matched_insert_all(self, condition: str | Column | None = None) -> MergeBuilder:
+        return self._add(Clause(NOT_MATCHED, "insert", condition, None))
+
+    def when_not_matched_by_source_update(self, set: Mapping[str, str | Column],
+                                          condition: str | Column | None = None) -> MergeBuilder:  # fmt: skip
+        return self._add(Clause(NOT_MATCHED_BY_SOURCE, "update", condition, dict(set)))
+
+    def when_not_matched_by_source_delete(self, condition: str | Column | None = None) -> MergeBuilder:
+        return self._add(Clause(NOT_MATCHED_BY_SOURCE, "delete", condition))
+
+    def execute(self) -> RowChangeResult:
+        """Run the MERGE: one commit (none when it changes no row); Delta Spark's MERGE metrics."""
+        target = open_target(self.table_uri, self.storage_options, "MERGE")
+        if (done := already_committed(target, self.app_id, self.app_version)) is not None:
+            return done
+        _check_clauses(self.clauses)
+        return _run(self, target)
+
+
+def _check_clauses(clauses: list[Clause]) -> None:
+    if not clauses:
+        raise ValueError("a MERGE needs at least one WHEN clause")
+    for when in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
+        kind = [c for c in clauses if c.when == when]
+        if any(c.condition is None for c in kind[:-1]):
+            raise ValueError(f"every {when} clause but the last needs a condition (a clause without one "
+                             "takes every row, so the clauses after it could never act)")  # fmt: skip
+
+
+def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    clauses, s_alias, t_alias = builder.clauses, builder.source_alias, builder.target_alias
+    whens = {c.when for c in clauses}
+    on_text = builder.on if isinstance(builder.on, str) else None
+    files = merge_files(target, builder.source, on_text, t_alias, s_alias, NOT_MATCHED_BY_SOURCE in whens)
+    source = builder.source.withColumn(_S, F.lit(True)).alias(s_alias)
+    rows = target_rows(builder.source.sparkSession, target, files).withColumn(_T, F.lit(True)).alias(t_alias)
+    how = "full" if NOT_MATCHED_BY_SOURCE in whens else "right" if NOT_MATCHED in whens else "inner"
+    on = analysed(rows.crossJoin(source), {"merge condition": builder.on}, target.where)["merge condition"]
+    joined = rows.join(source, on, how)
+    plan = _plan(target, joined, clauses, builder.source.columns, t_alias, s_alias).persist()
+    try:
+        return _execute(builder, target, plan, files, started)
+    finally:
+        plan.unpersist()
+
+
+def _plan(target: Target, joined: DataFrame, clauses: list[Clause], source_columns: list[str],
+          t_alias: str, s_alias: str) -> DataFrame:  # fmt: skip
+    """Per joined row: the clause acting on it (index, or null), its kind, the target's values
+    (``__t<i>``) and the output values (``__o<i>``)."""
+    from pyspark.sql import functions as F
+
+    names = target.columns
+    types = {f.name: f.dataType for f in spark_schema_of(target.snap.metadata.schema).fields}
+    is_t, is_s = F.col(f"{t_alias}.{_T}").isNotNull(), F.col(f"{s_alias}.{_S}").isNotNull()
+    case = {MATCHED: is_t & is_s, NOT_MATCHED: ~is_t, NOT_MATCHED_BY_SOURCE: ~is_s}
+    source_by_lower = {c.lower(): c for c in source_columns}
+    expressions: dict[str, Any] = {}
+    for i, c in enumerate(clauses):
+        if c.condition is not None:
+            expressions[f"condition of clause {i + 1} ({c.when} {c.action})"] = c.condition
+        for name, value in _assignments(target, c, source_by_lower, s_alias).items():
+            expressions[f"value of {name} in clause {i + 1} ({c.when} {c.action})"] = value
+    resolved = analysed(joined, expressions, f"the MERGE into {target.where}")
+    clause = F.lit(None).cast("int")
+    kind = F.lit(None).cast("string")
+    for i in reversed(range(len(clauses))):
+        c = clauses[i]
+        cond = case[c.when]
+        if c.condition is not None:
+            holds = resolved[f"condition of clause {i + 1} ({c.when} {c.action})"]
+            cond = cond & F.coalesce(holds, F.lit(False))
+        clause = F.when(cond, F.lit(i)).otherwise(clause)
+    for i, c in enumerate(clauses):
+        kind = F.when(clause == i, F.lit(c.action)).otherwise(kind)
+    outputs = []
+    for j, name in enumerate(names):
+        value = F.col(f"{t_alias}.`{name}`")
+        for i, c in enumerate(clauses):
+            key = f"value of {name} in clause {i + 1} ({c.when} {c.action})"
+            if key in resolved:
+                value = F.when(clause == i, resolved[key].cast(types[name])).otherwise(value)
+            elif c.action == "insert":
+                value = F.when(clause == i, F.lit(None).cast(types[name])).otherwise(value)
+        outputs.append(value.alias(f"__o{j}"))
+    olds = [F.col(f"{t_alias}.`{name}`").alias(f"__t{j}") for j, name in enumerate(names)]
+    return joined.select(F.col(f"{t_alias}.{PATH}").alias(PATH), F.col(f"{t_alias}.{INDEX}").alias(INDEX),
+                         is_t.alias(_T), is_s.alias(_S), clause.alias(_CLAUSE), kind.alias(_KIND),
+                         *olds, *outputs)  # fmt: skip
+
+
+def _assignments(target: Target, clause: Clause, source_by_lower: dict[str, str], s_alias: str
+                 ) -> dict[str, str | Column]:  # fmt: skip
+    """A clause's assignments by the table's column names; ``*`` ones take the source's same-named column
+    (every table column must be in the source, as Delta Spark requires without schema evolution)."""
+    if clause.action == "delete":
+        return {}
+    by_lower = {c.lower(): c for c in target.columns}
+    if clause.assignments is None:
+        missing = [c for c in target.columns if c.lower() not in source_by_lower]
+        if missing:
+            raise ColumnNotFoundError(f"{clause.action} all: the source lacks column(s) {missing} of "
+                                      f"{target.where}")  # fmt: skip
+        return {c: f"{s_alias}.`{source_by_lower[c.lower()]}`" for c in target.columns}
+    unknown = [n for n in clause.assignments if n.lower() not in by_lower]
+    if unknown:
+        raise ColumnNotFoundError(f"cannot {clause.action} {unknown}: not columns of {target.where} "
+                                  f"(columns: {', '.join(target.columns)})")  # fmt: skip
+    return {by_lower[n.lower()]: v for n, v in clause.assignments.items()}
+
+
+def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any, started: float
+             ) -> RowChangeResult:  # fmt: skip
+    from pyspark.sql import functions as F
+
+    clauses = builder.clauses
+    matched_actions = [c for c in clauses if c.when == MATCHED]
+    only_delete = len(matched_actions) == 1 and matched_actions[0].action == "delete" \
+        and matched_actions[0].condition is None  # fmt: skip
+    if matched_actions and not only_delete:
+        twice = (plan.where(F.col(_T) & F.col(_S) & F.col(_CLAUSE).isNotNull())
+                 .groupBy(PATH, INDEX).count().where("count > 1").limit(1).collect())  # fmt: skip
+        if twice:
+            raise MergeCardinalityError(
+                f"MERGE into {target.where}: a target row (row {twice[0][INDEX]} of {twice[0][PATH]}) is "
+                f"matched by {twice[0]['count']} source rows: which one updates or deletes it is undefined. "
+                "Deduplicate the source on the merge keys; nothing was written"
+            )
+    # Target rows counted once each (an unconditional delete may match one several times); inserts by row.
+    targets = F.count_distinct(F.col(PATH), F.col(INDEX)).alias("targets")
+    tallies = plan.groupBy(_CLAUSE).agg(F.count(F.lit(1)).alias("rows"), targets).collect()
+    counts = {r[_CLAUSE]: r for r in tallies}
+    per_clause = [(counts[i]["rows"] if c.action == "insert" else counts[i]["targets"]) if i in counts else 0
+                  for i, c in enumerate(clauses)]  # fmt: skip
+    counted = time.monotonic()
+    metrics = _metrics(clauses, per_clause, builder.source.count())
+    # Delta Spark materializes the source first (so it cannot change between its two passes); ours is
+    # read by the joins as given, and this is the time taken to count it.
+    metrics["materializeSourceTimeMs"] = int((time.monotonic() - counted) * 1000)
+    metrics["scanTimeMs"] = int((time.monotonic() - started) * 1000)
+    touched_rows = plan.where(F.col(_KIND).isin("update", "delete"))
+    hits = row_indexes(touched_rows.select(PATH, INDEX).toArrow())
+    updated = plan.where(F.col(_KIND) == "update")
+    inserted = plan.where(F.col(_KIND) == "insert")
+    deleted = plan.where(F.col(_KIND) == "delete")
+    # Delta Spark's copy-on-write MERGE with a NOT MATCHED BY SOURCE clause takes every file it read as
+    # touched (its full outer join marks them all), so it rewrites them even when no row changes: ours does
+    # the same, so that both commit the same files and conflict with the same concurrent removes.
+    every_file = not target.deletion_vectors and any(c.when == NOT_MATCHED_BY_SOURCE for c in clauses)
+    if not hits and not per_clause_inserts(clauses, per_clause) and not (every_file and files.num_rows):
+        return RowChangeResult(None, metrics)
+    if metrics["numTargetRowsUpdated"] or (hits and not target.deletion_vectors):
+        target.check_rewritable()
+    changes = Changes(read_files=files.column("path").to_pylist())
+    rewrite_started = time.monotonic()
+    n = len(target.columns)
+    out = [F.col(f"__o{j}").alias(name) for j, name in enumerate(target.columns)]
+    old = [F.col(f"__t{j}").alias(name) for j, name in enumerate(target.columns)]
+    if target.deletion_vectors:
+        changes.deletes = hits
+        written = plan.where(F.col(_KIND).isin("update", "insert")).select(*out)
+    else:
+        touched = files if every_file else files_named(files, hits)
+        changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
+        written = _rewritten(builder, target, touched, touched_rows, n).unionByName(inserted.select(*out))
+    changes.adds = write_rows(target, written)
+    if target.change_data:
+        changes.change_data += [
+            change_rows(target, inserted.select(*out), "insert"),
+            change_rows(target, updated.select(*old), "update_preimage"),
+            change_rows(target, updated.select(*out), "update_postimage"),
+            change_rows(target, deleted.dropDuplicates([PATH, INDEX]).select(*old), "delete"),
+        ]
+    output_rows = num_records(changes.adds)
+    metrics.update(
+        numTargetFilesAdded=len(changes.adds), numTargetFilesRemoved=len(changes.removes),
+        numTargetBytesAdded=sum(a.size for a in changes.adds),
+        numTargetBytesRemoved=sum(a.size for a in changes.removes), numOutputRows=output_rows,
+        numTargetRowsCopied=output_rows - metrics["numTargetRowsUpdated"] - metrics["numTargetRowsInserted"],
+        rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000),
+    )  # fmt: skip
+    params = _params(builder)
+    names = {"numDeletedRows": None, "numRemovedFiles": "numTargetFilesRemoved",
+             "numDeletionVectorsAdded": "numTargetDeletionVectorsAdded",
+             "numDeletionVectorsRemoved": "numTargetDeletionVectorsRemoved",
+             "numDeletionVectorsUpdated": "numTargetDeletionVectorsUpdated"}  # fmt: skip
+    return commit(target, changes, None, params, metrics, builder.app_id, builder.app_version,
+                  dv_metric_names=names, cdc_metric="numTargetChangeFilesAdded")  # fmt: skip
+
+
+def per_clause_inserts(clauses: list[Clause], per_clause: list[int]) -> int:
+    return sum(n for c, n in zip(clauses, per_clause, strict=True) if c.action == "insert")
+
+
+def _rewritten(builder: MergeBuilder, target: Target, touched: Any, touched_rows: DataFrame, n: int
+               ) -> DataFrame:  # fmt: skip
+    """Copy-on-write: every row of the touched files, updated rows with their new values, deleted rows
+    dropped (joined back to the plan by file and row index)."""
+    from pyspark.sql import functions as F
+
+    acts = touched_rows.select(F.col(PATH).alias("__p"), F.col(INDEX).alias("__i"), _KIND,
+                               *[F.col(f"__o{j}") for j in range(n)])  # fmt: skip
+    rows = target_rows(builder.source.sparkSession, target, touched)
+    both = rows.join(acts, (rows[PATH] == acts["__p"]) & (rows[INDEX] == acts["__i"]), "left")
+    both = both.where(F.col(_KIND).isNull() | (F.col(_KIND) == "update"))
+    return both.select(*[F.when(F.col(_KIND) == "update", F.col(f"__o{j}")).otherwise(F.col(f"`{name}`"))
+                         .alias(name) for j, name in enumerate(target.columns)])  # fmt: skip
+
+
+def _metrics(clauses: list[Clause], per_clause: list[int], source_rows: int) -> dict[str, int]:
+    def total(when: str, action: str) -> int:
+        pairs = zip(clauses, per_clause, strict=True)
+        return sum(n for c, n in pairs if c.when == when and c.action == action)
+
+    m = {
+        "numSourceRows": source_rows,
+        "numTargetRowsInserted": total(NOT_MATCHED, "insert"),
+        "numTargetRowsMatchedUpdated": total(MATCHED, "update"),
+        "numTargetRowsMatchedDeleted": total(MATCHED, "delete"),
+        "numTargetRowsNotMatchedBySourceUpdated": total(NOT_MATCHED_BY_SOURCE, "update"),
+        "numTargetRowsNotMatchedBySourceDeleted": total(NOT_MATCHED_BY_SOURCE, "delete"),
+        "numTargetDeletionVectorsAdded": 0, "numTargetDeletionVectorsRemoved": 0,
+        "numTargetDeletionVectorsUpdated": 0,
+    }  # fmt: skip
+    m["numTargetRowsUpdated"] = m["numTargetRowsMatchedUpdated"] + m["numTargetRowsNotMatchedBySourceUpdated"]
+    m["numTargetRowsDeleted"] = m["numTargetRowsMatchedDeleted"] + m["numTargetRowsNotMatchedBySourceDeleted"]
+    return m
+
+
+def _params(builder: MergeBuilder) -> dict[str, Any]:
+    """Delta Spark's MERGE parameters: the condition, and per kind of clause its actions and conditions."""
+    def described(when: str) -> list[dict[str, str]]:
+        out = []
+        for c in builder.clauses:
+            if c.when == when:
+                item = {"actionType": c.action}
+                if c.condition is not None:
+                    item["predicate"] = condition_text(c.condition) or ""
+                out.append(item)
+        return out
+
+    return {"predicate": condition_text(builder.on), "matchedPredicates": described(MATCHED),
+            "notMatchedPredicates": described(NOT_MATCHED),
+            "notMatchedBySourcePredicates": described(NOT_MATCHED_BY_SOURCE)}  # fmt: skip
+

@@ -1,0 +1,344 @@
+"""What DELETE, UPDATE and MERGE on Spark share: the target, the files a condition can touch, the rows read
+with their place in their file, the rewrite of files, and the one commit through the core.
+
+As Delta Spark's commands (``DeleteCommand``, ``UpdateCommand``, ``MergeIntoCommand``): the core prunes the
+live files by partition values and statistics for the condition (``log.scan``'s skipping); executors read
+the remaining files with ``_metadata.file_path`` and ``_metadata.row_index`` (the row's position in its
+Parquet file, what a deletion vector marks); then either
+
+- deletion vectors, on tables with ``delta.enableDeletionVectors=true``: the changed rows are marked deleted
+  (``Transaction.delete_rows``) and only new or updated rows are written; or
+- copy-on-write: each touched file is rewritten without (or with new values of) its changed rows, and
+  removed.
+
+The driver commits once: removes, adds, vectors, ``cdc`` files when the change data feed is on, the app
+transaction, Delta Spark's operation name, parameters and metrics, and the read set Delta Spark's conflict
+checker uses (the condition as read predicate, the files it scanned). Bad input (an unknown column, a
+condition that is not SQL) is refused by name before any file is written; files written for a commit that
+then fails are deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable, Transaction
+from airflow_provider_delta.log.change_data import CHANGE_TYPE, change_data_enabled
+from airflow_provider_delta.log.errors import (
+    InvalidCommitError,
+    InvalidConditionError,
+    UnsupportedFeatureError,
+)
+from airflow_provider_delta.log.expressions import ColumnNotFoundError, Expr
+from airflow_provider_delta.log.partition_values import typed_partition_values
+from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
+from airflow_provider_delta.log.protocol import check_write_supported, writer_features
+from airflow_provider_delta.log.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS, delete_metrics
+from airflow_provider_delta.log.row_tracking import is_enabled as row_tracking_enabled
+from airflow_provider_delta.log.scan import Scan
+from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
+
+from .constraints import check, table_rules
+from .data_files import WritePlan
+from .read import read_files
+from .write import write_table_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from airflow_provider_delta.log import Snapshot
+
+PATH = "__delta_file_path"  # the target row's file (as the log names it) and its row index in that file
+INDEX = "__delta_row_index"
+
+
+@dataclass(frozen=True)
+class RowChangeResult:
+    """A DELETE, UPDATE or MERGE: the version committed (``None`` when nothing changed, so nothing was
+    committed), Delta Spark's metrics of the operation, and whether ``app_id`` had committed it already."""
+
+    version: int | None
+    metrics: dict[str, int] = field(default_factory=dict)
+    already_committed: bool = False
+
+
+@dataclass
+class Target:
+    """The table a row-level operation changes, as read once at its start."""
+
+    table: DeltaTable
+    snap: Snapshot
+    storage_options: dict[str, Any]
+    operation: str
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def where(self) -> str:
+        return f"table {self.table.uri}"
+
+    @property
+    def deletion_vectors(self) -> bool:
+        """Whether changed rows are marked with deletion vectors (else their files are rewritten), as
+        Delta Spark decides: the table allows new vectors."""
+        config = self.snap.metadata.configuration
+        return bool_property(config, ENABLE_DELETION_VECTORS) and DELETION_VECTORS in writer_features(
+            self.snap.protocol
+        )
+
+    @property
+    def change_data(self) -> bool:
+        return change_data_enabled(self.snap.metadata)
+
+    @property
+    def columns(self) -> list[str]:
+        return [f["name"] for f in self.snap.metadata.schema["fields"]]
+
+    def check_rewritable(self) -> None:
+        """Rows written again (updated, or copied by a rewrite) must keep their row ids ("Row Tracking"),
+        which takes writing them into the materialized columns; until the writer does, refuse rather than
+        renumber rows."""
+        if row_tracking_enabled(self.snap.protocol, self.snap.metadata):
+            raise UnsupportedFeatureError(
+                f"{self.where} tracks row ids (delta.enableRowTracking): {self.operation} would give the "
+                "rows it writes again new ids, so it is refused (a DELETE on a table with deletion vectors "
+                "keeps them)", features=("rowTracking",),
+            )  # fmt: skip
+
+
+def open_target(table_uri: str, storage_options: dict[str, Any] | None, operation: str) -> Target:
+    """The latest snapshot, checked writable by this client and not append-only (Delta Spark refuses
+    DELETE, UPDATE and MERGE on ``delta.appendOnly`` tables)."""
+    table = DeltaTable(table_uri, storage_options)
+    snap = table.snapshot()
+    where = f"table {table_uri}"
+    check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
+                          where=where)  # fmt: skip
+    if bool_property(snap.metadata.configuration, APPEND_ONLY):
+        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): {operation} is refused")
+    return Target(table, snap, dict(storage_options or {}), operation)
+
+
+def already_committed(target: Target, app_id: str | None, app_version: int | None) -> RowChangeResult | None:
+    """"Transaction Identifiers": when the table holds ``app_id`` at ``app_version`` or later, nothing
+    runs."""
+    if (app_id is None) != (app_version is None):
+        raise ValueError("pass app_id and app_version together")
+    if app_id is None or target.snap.app_transactions.get(app_id, -1) < int(app_version):
+        return None
+    holder = target.table.locate_app_transaction(app_id, target.snap.version)
+    return RowChangeResult(holder, {}, already_committed=True)
+
+
+# -- conditions -----------------------------------------------------------------------------------------
+def condition_text(condition: str | Column | None) -> str | None:
+    """The SQL of a condition for commitInfo and file skipping: the text given, or a Column's rendering."""
+    if condition is None or isinstance(condition, str):
+        return condition
+    return str(condition).removeprefix("Column<'").removesuffix("'>")
+
+
+def as_column(expression: str | Column, what: str) -> Column:
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    if not isinstance(expression, str):
+        return expression
+    try:
+        return F.expr(expression)
+    except PySparkException as exc:  # ParseException: not SQL
+        raise InvalidConditionError(f"{what} {expression!r} is not a Spark SQL expression: {_first(exc)}",
+                                    expression=expression) from None  # fmt: skip
+
+
+def analysed(frame: DataFrame, expressions: Mapping[str, str | Column], where: str) -> dict[str, Column]:
+    """Each expression as a Column that Spark resolved against ``frame`` (analysis runs now, on the
+    driver): an unknown column is :class:`ColumnNotFoundError`, anything else Spark refuses
+    :class:`InvalidConditionError`, both naming the expression, before any job runs."""
+    from pyspark.errors import PySparkException
+
+    out = {}
+    for what, expression in expressions.items():
+        column = as_column(expression, what)
+        try:
+            frame.select(column).schema  # noqa: B018 (forces analysis)
+        except PySparkException as exc:
+            text = condition_text(expression) or ""
+            kind = (exc.getCondition() or "") if hasattr(exc, "getCondition") else ""
+            if kind.startswith("UNRESOLVED_COLUMN") or "UNRESOLVED_COLUMN" in str(exc):
+                message = f"{what} {text!r} names a column that {where} lacks: {_first(exc)}"
+                raise ColumnNotFoundError(message) from None
+            raise InvalidConditionError(f"{what} {text!r} cannot be evaluated on {where}: {_first(exc)}",
+                                        expression=text) from None  # fmt: skip
+        out[what] = column
+    return out
+
+
+def _first(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+# -- files and rows -------------------------------------------------------------------------------------
+def candidate_files(snap: Snapshot, condition: str | None) -> tuple[pa.Table, Expr | None]:
+    """The live files that may hold rows matching ``condition``, pruned by partition values and statistics
+    (``log.skipping``); every file when there is none or the core's parser does not support it (Spark
+    still evaluates it on every row). The parsed condition comes second."""
+    if condition is None:
+        return snap.files, None
+    try:
+        scan = Scan(snap, filter=condition)
+    except UnsupportedExpressionError:
+        return snap.files, None
+    return scan.files, scan.filter
+
+
+def only_partitions(snap: Snapshot, expr: Expr | None) -> bool:
+    """Whether the condition reads partition columns only: skipping then selects exactly the files whose
+    every row matches, so they are removed whole without reading them (Delta Spark's metadata-only
+    delete)."""
+    if expr is None:
+        return False
+    partitions = {c.lower() for c in snap.partition_columns}
+    names = [path[0].lower() for path in expr.columns()]
+    return bool(names) and all(n in partitions for n in names)
+
+
+def files_where(spark: SparkSession, target: Target, files: pa.Table, condition: Column) -> pa.Table:
+    """The files whose partition values satisfy a condition on partition columns only, evaluated by Spark
+    on the typed values (so with Spark's semantics, not skipping's over-approximation): the files a
+    metadata-only delete removes whole."""
+    from pyspark.sql import functions as F
+
+    if files.num_rows == 0:
+        return files
+    values = typed_partition_values(target.snap.metadata, files)
+    values = values.append_column("__file", pa.array(range(files.num_rows), pa.int64()))
+    hits = spark.createDataFrame(values).where(F.coalesce(condition, F.lit(False))).select("__file").toArrow()
+    return files.take(hits.column("__file"))
+
+
+def target_rows(spark: SparkSession, target: Target, files: pa.Table) -> DataFrame:
+    """The rows of ``files`` with their file (``PATH``) and row index (``INDEX``) as plain columns."""
+    from pyspark.sql import functions as F
+
+    rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index"))
+    place = [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(INDEX)]
+    return rows.select(*[F.col(_quoted(c)) for c in target.columns], *place)
+
+
+def row_indexes(hits: pa.Table) -> dict[str, list[int]]:
+    """``{file: sorted row indexes}`` from a table of ``PATH`` and ``INDEX``."""
+    if hits.num_rows == 0:
+        return {}
+    grouped = hits.group_by(PATH, use_threads=False).aggregate([(INDEX, "list")])
+    paths, indexes = grouped.column(PATH).to_pylist(), grouped.column(f"{INDEX}_list").to_pylist()
+    return {p: sorted(i) for p, i in zip(paths, indexes, strict=True)}
+
+
+def files_named(files: pa.Table, paths: Iterable[str]) -> pa.Table:
+    return files.filter(pc.is_in(files.column("path"), pa.array(sorted(set(paths)), pa.string())))
+
+
+def write_rows(target: Target, rows: DataFrame) -> list[AddFile]:
+    """Write rows (the table's columns, logical names, table order) as new data files, after checking the
+    table's rules (invariants, CHECK constraints, generated columns, NOT NULL) on every row."""
+    md = target.snap.metadata
+    check(rows, table_rules(md.schema, dict(md.configuration)))
+    plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns))
+    return write_table_files(plan, target.table, target.storage_options)
+
+
+def change_rows(target: Target, rows: DataFrame, change_type: str | Column) -> pa.Table:
+    """Rows as change data (the table's columns and ``_change_type``), collected for the core to write."""
+    from pyspark.sql import functions as F
+
+    kind = F.lit(change_type) if isinstance(change_type, str) else change_type
+    return rows.select(*[F.col(_quoted(c)) for c in target.columns], kind.alias(CHANGE_TYPE)).toArrow()
+
+
+def _quoted(name: str) -> str:
+    return f"`{name.replace('`', '``')}`"
+
+
+def num_records(adds: Iterable[AddFile]) -> int:
+    """Live rows of files from their stats: ``numRecords`` less the rows their deletion vectors delete."""
+    total = 0
+    for a in adds:
+        if a.stats:
+            total += int(json.loads(a.stats).get("numRecords", 0))
+        total -= int((a.deletion_vector or {}).get("cardinality", 0))
+    return total
+
+
+# -- the commit -----------------------------------------------------------------------------------------
+@dataclass
+class Changes:
+    """What one row-level operation commits."""
+
+    adds: list[AddFile] = field(default_factory=list)  # new data files (updated, copied, inserted rows)
+    removes: list[AddFile] = field(default_factory=list)  # files removed whole
+    deletes: dict[str, list[int]] = field(default_factory=dict)  # rows marked by deletion vectors
+    change_data: list[pa.Table] = field(default_factory=list)
+    read_files: list[str] = field(default_factory=list)
+
+
+def commit(
+    target: Target,
+    changes: Changes,
+    condition: str | None,
+    params: dict[str, Any],
+    metrics: dict[str, int],
+    app_id: str | None,
+    app_version: int | None,
+    *,
+    dv_metric_names: Mapping[str, str | None] | None = None,
+    cdc_metric: str = "numAddedChangeFiles",
+) -> RowChangeResult:
+    """Commit ``changes`` once through the core; on any failure but an unknown outcome, delete the data
+    files written for it. The deletes' metrics (``row_deletion.delete_metrics``) go into ``metrics`` under
+    ``dv_metric_names`` (a name mapped to None is left out)."""
+    txn: Transaction | None = None
+    try:
+        txn = Transaction(target.table, target.snap)
+        if app_id is not None:
+            txn.set_app_transaction(app_id, int(app_version))
+        if condition is None:
+            txn.read_whole_table()
+        else:
+            txn.read_predicate(condition)
+        txn.read_files(changes.read_files)
+        txn.add_files(changes.adds, constraints_checked=True)  # checked on every row before writing
+        txn.remove_files(changes.removes)
+        if changes.deletes:
+            txn.delete_rows(changes.deletes)
+            names = dv_metric_names or {}
+            for key, value in delete_metrics(list(txn.row_deletes.files.values())).items():
+                if (name := names.get(key, key)) is not None:
+                    metrics[name] = value
+        cdc = [t for t in changes.change_data if t.num_rows]
+        if cdc:
+            txn.add_change_data(pa.concat_tables(cdc, promote_options="permissive"))
+        metrics[cdc_metric] = len(txn.cdc_files)
+        metrics["executionTimeMs"] = int((time.monotonic() - target.started) * 1000)
+        result = txn.commit(target.operation, params, operation_metrics=metrics)
+    except CommitOutcomeUnknownError:
+        raise  # the commit may be in the table: its files must stay
+    except BaseException:
+        written = [a.path for a in changes.adds] + [c.path for c in (txn.cdc_files if txn else [])]
+        _delete(target.table, written)
+        raise
+    return RowChangeResult(result.version, metrics, result.already_committed)
+
+
+def _delete(table: DeltaTable, paths: list[str]) -> None:
+    """Files written for a commit that did not happen: nothing references them, so they go at once."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            table.store.fs.rm(table.store.table_file(path))

@@ -1,0 +1,136 @@
+"""UPDATE on Spark, as Delta Spark's ``UpdateCommand``: ``update(spark, uri, {"s": "'x'"}, "id < 10")``.
+
+The files skipping keeps for the condition are scanned for matching rows (``_metadata``); then
+
+- with deletion vectors: the matching rows are marked deleted in their files and their new versions are
+  written as new files (nothing else is copied);
+- without: each touched file is rewritten whole, matching rows with their new values, the others copied.
+
+With the change data feed on, the old and new versions of the updated rows are written as
+``update_preimage`` / ``update_postimage`` change data (readers cannot infer those). New values are cast to
+the column's type (an impossible cast fails before anything is written) and checked against the table's
+rules (invariants, CHECK constraints, generated columns, NOT NULL).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log.expressions import ColumnNotFoundError
+
+from .row_changes import (
+    INDEX,
+    PATH,
+    Changes,
+    RowChangeResult,
+    Target,
+    already_committed,
+    analysed,
+    candidate_files,
+    change_rows,
+    commit,
+    condition_text,
+    files_named,
+    num_records,
+    open_target,
+    row_indexes,
+    target_rows,
+    write_rows,
+)
+from .schema import spark_schema_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+def update(
+    spark: SparkSession,
+    table_uri: str,
+    set: Mapping[str, str | Column],
+    condition: str | Column | None = None,
+    *,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> RowChangeResult:
+    """Set columns (``{column: Spark SQL expression or Column}``) of the rows where ``condition`` is true
+    (every row without one). One commit (none when no row matches); Delta Spark's UPDATE metrics."""
+    from pyspark.sql import functions as F
+
+    target = open_target(table_uri, storage_options, "UPDATE")
+    if (done := already_committed(target, app_id, app_version)) is not None:
+        return done
+    if not set:
+        raise ValueError("update() needs at least one column to set")
+    text = condition_text(condition)
+    files, _ = candidate_files(target.snap, text)
+    started = time.monotonic()
+    rows = target_rows(spark, target, files)
+    given = {"condition": condition} if condition is not None else {}
+    cond = analysed(rows, given, target.where).get("condition", F.lit(True))
+    matched = F.coalesce(cond, F.lit(False))
+    new = new_values(target, rows, set)
+    params = {"predicate": text} if text is not None else {}
+    metrics = {"numAddedFiles": 0, "numRemovedFiles": 0, "numUpdatedRows": 0, "numCopiedRows": 0,
+               "numAddedBytes": 0, "numRemovedBytes": 0, "numDeletionVectorsAdded": 0,
+               "numDeletionVectorsRemoved": 0, "numDeletionVectorsUpdated": 0}  # fmt: skip
+    hits = row_indexes(rows.where(matched).select(PATH, INDEX).toArrow())
+    metrics["scanTimeMs"] = int((time.monotonic() - started) * 1000)
+    metrics["numUpdatedRows"] = sum(len(i) for i in hits.values())
+    if not hits:
+        return RowChangeResult(None, metrics)  # Delta Spark commits nothing when no row matches
+    target.check_rewritable()
+    changes = Changes(read_files=files.column("path").to_pylist())
+    rewrite_started = time.monotonic()
+    touched = files_named(files, hits)
+    old = target_rows(spark, target, touched)
+    updated = old.where(matched).select(*new)
+    if target.deletion_vectors:
+        changes.deletes = hits
+        changes.adds = write_rows(target, updated)
+    else:
+        changes.adds = write_rows(target, old.select(*_choose(target, matched, new)))
+        changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
+    if target.change_data:
+        changes.change_data.append(change_rows(target, old.where(matched), "update_preimage"))
+        changes.change_data.append(change_rows(target, updated, "update_postimage"))
+    metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),
+                   numCopiedRows=num_records(changes.adds) - metrics["numUpdatedRows"],
+                   numAddedBytes=sum(a.size for a in changes.adds),
+                   numRemovedBytes=sum(a.size for a in changes.removes),
+                   rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000))  # fmt: skip
+    return commit(target, changes, text, params, metrics, app_id, app_version,
+                  dv_metric_names={"numDeletedRows": None})  # fmt: skip
+
+
+def new_values(target: Target, rows: DataFrame, assignments: Mapping[str, str | Column]) -> list[Column]:
+    """Every table column, in order, as its new value: the assigned expression cast to the column's type
+    (checked by Spark's analyser now), or the column as it is."""
+    from pyspark.sql import functions as F
+
+    by_lower = {c.lower(): c for c in target.columns}
+    unknown = [name for name in assignments if name.lower() not in by_lower]
+    if unknown:
+        raise ColumnNotFoundError(f"cannot set {unknown}: not columns of {target.where} "
+                                  f"(columns: {', '.join(target.columns)})")  # fmt: skip
+    types = {f.name: f.dataType for f in spark_schema_of(target.snap.metadata.schema).fields}
+    given = {by_lower[name.lower()]: value for name, value in assignments.items()}
+    resolved = analysed(rows, {f"value of {name}": value for name, value in given.items()}, target.where)
+    out = []
+    for name in target.columns:
+        if name in given:
+            out.append(resolved[f"value of {name}"].cast(types[name]).alias(name))
+        else:
+            out.append(F.col(f"`{name}`"))
+    return out
+
+
+def _choose(target: Target, matched: Column, new: list[Column]) -> list[Column]:
+    """Each column as the new value on matching rows, the old elsewhere: a copy-on-write rewrite."""
+    from pyspark.sql import functions as F
+
+    return [F.when(matched, value).otherwise(F.col(f"`{name}`")).alias(name)
+            for name, value in zip(target.columns, new, strict=True)]  # fmt: skip

@@ -1,0 +1,226 @@
+"""DELETE, UPDATE and MERGE on our Spark layer (local[2]): rows against a Python model of the table, the
+commits' actions (deletion vectors or rewrites, change data), Delta Spark's operation names and metrics,
+exactly-once app ids, and bad input refused by name with nothing committed and no file left behind.
+Delta Spark's own results are compared in tests/oracle/test_row_changes_agree.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.errors import (
+    InvalidCommitError,
+    InvalidConditionError,
+    MergeCardinalityError,
+    UnsupportedFeatureError,
+)
+from airflow_provider_delta.log.expressions import ColumnNotFoundError
+from airflow_provider_delta.spark import delete, merge, read, update, write
+
+DV_CDF = {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"}
+LAYOUTS = {  # name: (table properties, partition columns)
+    "dv-cdf-partitioned": (DV_CDF, ["p"]),
+    "rewrite-cdf": ({"delta.enableChangeDataFeed": "true"}, None),
+    "rewrite-column-mapping": ({"delta.columnMapping.mode": "name"}, ["p"]),
+}  # fmt: skip
+
+
+def _make(spark, path: Path, configuration: dict, partition_by: list[str] | None, n: int = 60) -> str:
+    uri = str(path)
+    df = spark.range(0, n).selectExpr("id", "id % 7 AS v", "concat('s', id) AS s",
+                                      "char(97 + id % 3) AS p").repartition(3)  # fmt: skip
+    write(df, uri, partition_by=partition_by, configuration=configuration)
+    return uri
+
+
+def _rows(spark, uri: str) -> dict[int, tuple]:
+    return {r["id"]: (r["v"], r["s"], r["p"]) for r in read(spark, uri).toArrow().to_pylist()}
+
+
+def _commit(uri: str, version: int) -> dict[str, list[dict]]:
+    """The actions of one commit, by kind."""
+    out: dict[str, list[dict]] = {}
+    text = (Path(uri) / "_delta_log" / f"{version:020d}.json").read_text()
+    for line in text.splitlines():
+        for kind, body in json.loads(line).items():
+            out.setdefault(kind, []).append(body)
+    return out
+
+
+def _change_rows(uri: str, commit: dict) -> list[tuple[str, int]]:
+    """(change type, id) of the change data files of a commit (tables without column mapping)."""
+    out = []
+    for cdc in commit.get("cdc", []):
+        table = pq.read_table(Path(uri) / cdc["path"])
+        out += zip(table.column("_change_type").to_pylist(), table.column("id").to_pylist(), strict=True)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_delete_update_merge_on_each_layout(spark, tmp_path: Path, layout: str):
+    configuration, partition_by = LAYOUTS[layout]
+    uri = _make(spark, tmp_path / "t", configuration, partition_by)
+    dv = "delta.enableDeletionVectors" in configuration
+    cdf = "delta.enableChangeDataFeed" in configuration
+    model = {i: (i % 7, f"s{i}", chr(97 + i % 3)) for i in range(60)}
+
+    result = delete(spark, uri, "v = 3 AND id > 10")
+    gone = [i for i, (v, _, _) in model.items() if v == 3 and i > 10]
+    model = {i: r for i, r in model.items() if i not in gone}
+    assert _rows(spark, uri) == model
+    actions = _commit(uri, result.version)
+    assert actions["commitInfo"][0]["operation"] == "DELETE"
+    assert result.metrics["numDeletedRows"] == len(gone)
+    if dv:
+        assert all(a.get("deletionVector") for a in actions["add"]) and "cdc" not in actions
+        assert result.metrics["numDeletionVectorsAdded"] > 0 and result.metrics["numCopiedRows"] == 0
+    else:
+        assert not any(a.get("deletionVector") for a in actions.get("add", []))
+        assert result.metrics["numCopiedRows"] == sum(
+            json.loads(a["stats"])["numRecords"] for a in actions["add"]
+        )
+        if cdf:
+            assert _change_rows(uri, actions) == sorted(("delete", i) for i in gone)
+
+    result = update(spark, uri, {"s": "upper(s)", "v": "v * 10"}, "id % 4 = 1")
+    changed = [i for i in model if i % 4 == 1]
+    for i in changed:
+        model[i] = (model[i][0] * 10, model[i][1].upper(), model[i][2])
+    assert _rows(spark, uri) == model
+    actions = _commit(uri, result.version)
+    assert actions["commitInfo"][0]["operation"] == "UPDATE"
+    assert result.metrics["numUpdatedRows"] == len(changed)
+    assert actions["commitInfo"][0]["operationParameters"] == {"predicate": "id % 4 = 1"}
+    if cdf:
+        want = sorted([("update_preimage", i) for i in changed] + [("update_postimage", i) for i in changed])
+        assert _change_rows(uri, actions) == want
+
+    source = spark.range(50, 70).selectExpr("id", "id % 5 AS v", "concat('n', id) AS s",
+                                            "char(97 + id % 3) AS p")  # fmt: skip
+    result = (merge(source, uri, "target.id = source.id")
+              .when_matched_delete("source.v = 0")
+              .when_matched_update({"s": "source.s"})
+              .when_not_matched_insert_all("source.id < 65")
+              .when_not_matched_by_source_delete("target.id < 3")
+              .execute())  # fmt: skip
+    deleted = [i for i in range(50, 70) if i in model and i % 5 == 0] + [i for i in model if i < 3]
+    updated = [i for i in range(50, 70) if i in model and i % 5]
+    inserted = [i for i in range(50, 65) if i not in model]
+    for i in updated:
+        model[i] = (model[i][0], f"n{i}", model[i][2])
+    for i in inserted:
+        model[i] = (i % 5, f"n{i}", chr(97 + i % 3))
+    model = {i: r for i, r in model.items() if i not in deleted}
+    assert _rows(spark, uri) == model
+    m = result.metrics
+    assert (m["numTargetRowsDeleted"], m["numTargetRowsUpdated"], m["numTargetRowsInserted"],
+            m["numSourceRows"]) == (len(deleted), len(updated), len(inserted), 20)  # fmt: skip
+    actions = _commit(uri, result.version)
+    assert actions["commitInfo"][0]["operation"] == "MERGE"
+    if cdf:
+        images = [(k, i) for i in updated for k in ("update_preimage", "update_postimage")]
+        want = sorted([("delete", i) for i in deleted] + [("insert", i) for i in inserted] + images)
+        assert _change_rows(uri, actions) == want
+
+
+def test_nothing_matching_commits_nothing(spark, tmp_path: Path):
+    """Conditions and values may be Columns as well as SQL text."""
+    uri = _make(spark, tmp_path / "t", {}, None, n=10)
+    nothing = merge(spark.range(500, 501), uri, "target.id = source.id").when_matched_delete()
+    from pyspark.sql import functions as F
+
+    results = [delete(spark, uri, F.col("id") > 100), update(spark, uri, {"v": F.lit(0)}, "id > 100"),
+               nothing.execute()]  # fmt: skip
+    for result in results:
+        assert result.version is None
+    assert DeltaTable(uri).version() == 0
+
+
+def test_app_id_makes_each_change_exactly_once(spark, tmp_path: Path):
+    uri = _make(spark, tmp_path / "t", {}, None, n=10)
+    first = update(spark, uri, {"v": "v + 1"}, app_id="nightly", app_version=1)
+    again = update(spark, uri, {"v": "v + 1"}, app_id="nightly", app_version=1)
+    assert again.already_committed and again.version == first.version
+    assert {i: r[0] for i, r in _rows(spark, uri).items()} == {i: i % 7 + 1 for i in range(10)}
+    source = spark.range(0, 3).selectExpr("id", "0 AS v", "'x' AS s", "'a' AS p")
+    run = merge(source, uri, "target.id = source.id", app_id="nightly", app_version=2).when_matched_delete()
+    assert not run.execute().already_committed
+    assert run.execute().already_committed and sorted(_rows(spark, uri)) == list(range(3, 10))
+
+
+def _listing(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and ".crc" not in p.name)
+
+
+def test_bad_input_is_refused_by_name_with_nothing_written(spark, tmp_path: Path):
+    uri = _make(spark, tmp_path / "t", {"delta.enableChangeDataFeed": "true"}, ["p"], n=20)
+    before = _listing(tmp_path / "t")
+    source = spark.range(0, 5).selectExpr("id", "1 AS v", "'x' AS s", "'a' AS p")
+    twice = source.unionByName(source)
+    attempts = {
+        "unknown column": (ColumnNotFoundError, lambda: delete(spark, uri, "nope > 1")),
+        "unknown column in a value": (ColumnNotFoundError, lambda: update(spark, uri, {"v": "nope + 1"})),
+        "unknown column to set": (ColumnNotFoundError, lambda: update(spark, uri, {"nope": "1"})),
+        "not SQL": (InvalidConditionError, lambda: delete(spark, uri, "id = = 1")),
+        "not a predicate": (InvalidConditionError, lambda: delete(spark, uri, "id +")),
+        "merge condition": (ColumnNotFoundError, lambda: merge(source, uri, "target.id = source.nope")
+                            .when_matched_delete().execute()),
+        "duplicate matches": (MergeCardinalityError, lambda: merge(twice, uri, "target.id = source.id")
+                              .when_matched_update_all().when_not_matched_insert_all().execute()),
+    }  # fmt: skip
+    for name, (error, attempt) in attempts.items():
+        with pytest.raises(error):
+            attempt()
+        assert DeltaTable(uri).version() == 0, name
+        assert _listing(tmp_path / "t") == before, f"{name}: files were left behind"
+    # An unconditional delete as the only matched clause takes duplicates, as Delta Spark's does.
+    result = merge(twice, uri, "target.id = source.id").when_matched_delete().execute()
+    assert result.metrics["numTargetRowsDeleted"] == 5
+
+
+def test_tables_we_cannot_change_are_refused(spark, tmp_path: Path):
+    append_only = _make(spark, tmp_path / "a", {"delta.appendOnly": "true"}, None, n=5)
+    with pytest.raises(InvalidCommitError, match="append-only"):
+        delete(spark, append_only, "id = 1")
+    tracked = _make(spark, tmp_path / "r", {"delta.enableRowTracking": "true"}, None, n=5)
+    with pytest.raises(UnsupportedFeatureError, match="row ids"):
+        update(spark, tracked, {"v": "0"}, "id = 1")
+    assert DeltaTable(append_only).version() == 0 and DeltaTable(tracked).version() == 0
+
+
+def test_merge_reads_only_files_the_source_keys_can_match(spark, tmp_path: Path):
+    """Three files of disjoint id ranges; a source whose ids fall in one of them: only that file is read
+    (and, without deletion vectors, rewritten); a key of another type, or a NOT MATCHED BY SOURCE clause,
+    reads every file."""
+    from airflow_provider_delta.spark.merge_pruning import merge_files
+    from airflow_provider_delta.spark.row_changes import open_target
+
+    uri = str(tmp_path / "t")
+    for lo in (0, 100, 200):
+        write(spark.range(lo, lo + 50, 1, 1).selectExpr("id", "0 AS v", "'s' AS s", "'a' AS p"), uri)
+    source = spark.range(120, 125).selectExpr("id", "1 AS v", "'n' AS s", "'a' AS p")
+    target = open_target(uri, None, "MERGE")
+    assert merge_files(target, source, "target.id = source.id", "target", "source", False).num_rows == 1
+    as_text = source.selectExpr("cast(id AS string) AS id")
+    assert merge_files(target, as_text, "target.id = source.id", "target", "source", False).num_rows == 3
+    assert merge_files(target, source, "target.id = source.id", "target", "source", True).num_rows == 3
+    result = merge(source, uri, "target.id = source.id").when_matched_update_all().execute()
+    assert result.metrics["numTargetFilesRemoved"] == 1 and result.metrics["numTargetRowsCopied"] == 45
+    assert {i: r[0] for i, r in _rows(spark, uri).items()} == {
+        i: int(120 <= i < 125) for lo in (0, 100, 200) for i in range(lo, lo + 50)
+    }
+
+
+@pytest.mark.parametrize("condition", ["p = 'a'", "upper(p) = 'A'", "p IN ('a', 'zz') AND p IS NOT NULL"])
+def test_a_condition_on_partitions_only_removes_whole_files_unread(spark, tmp_path: Path, condition: str):
+    uri = _make(spark, tmp_path / "t", {"delta.enableDeletionVectors": "true"}, ["p"], n=30)
+    result = delete(spark, uri, condition)
+    actions = _commit(uri, result.version)
+    assert "add" not in actions and {dict(r["partitionValues"])["p"] for r in actions["remove"]} == {"a"}
+    metrics = result.metrics
+    assert metrics["numDeletedRows"] == 10 and metrics["numRemovedFiles"] == len(actions["remove"])
+    assert sorted(_rows(spark, uri)) == [i for i in range(30) if i % 3]
