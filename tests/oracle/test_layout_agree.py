@@ -11,7 +11,6 @@ One Delta Spark session serves the module.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -24,7 +23,6 @@ from oracle_client import Oracle, OracleError
 from oracle_compare import Mismatches, normalise, ours
 
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
-from airflow_provider_delta.log.deletion_vectors import write_deletion_vectors
 from airflow_provider_delta.log.errors import RestoreMissingFilesError
 from airflow_provider_delta.log.optimize_commit import commit_batch, finished_adds
 from airflow_provider_delta.log.optimize_plan import plan_optimize
@@ -243,10 +241,7 @@ def _win(oracle: Oracle, table: DeltaTable, winner: str) -> None:
         victim = _file_of(table, 1 if what.endswith("F1") else 21)
         table.transaction().remove_files([victim]).commit("DELETE")
     else:
-        g1 = _file_of(table, 11)
-        [dv] = write_deletion_vectors(table.store.fs, table.store.root, [[0]])
-        with_dv = dataclasses.replace(g1, deletion_vector=dv.to_json())
-        table.transaction().remove_files([g1]).add_files([with_dv]).commit("DELETE")
+        table.transaction().delete_rows({_file_of(table, 11).path: [0]}, inline_max_bytes=0).commit("DELETE")
 
 
 def _outcome(error: str | None) -> str:

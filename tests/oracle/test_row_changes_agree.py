@@ -25,7 +25,9 @@ from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.spark import delete, merge, update
 
 SEED = int(os.environ.get("ROW_CHANGES_SEED", "1414"))
-STEPS = 8
+# Five random commands per layout in `make test` (each runs on both engines and is compared whole);
+# ROW_CHANGES_STEPS=20 ROW_CHANGES_SEED=<n> for a deeper run.
+STEPS = int(os.environ.get("ROW_CHANGES_STEPS", "5"))
 CASES = {  # name: (deletion vectors, column mapping, partitioned)
     "dv-partitioned": (True, False, True),
     "rewrite-plain": (False, False, False),
