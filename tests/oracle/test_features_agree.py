@@ -70,7 +70,8 @@ CASES = {
                     clause="TBLPROPERTIES ('delta.enableVariantShredding' = 'true')"),
     "all together": Case(f"{IDENTITY}, k INT, s STRING, v VARIANT",
                          {"enableRowTracking": "true", "enableDeletionVectors": "true",
-                          "enableInCommitTimestamps": "true"}, clause="CLUSTER BY (k)", ours="spark",
+                          "enableInCommitTimestamps": "true", "enableChangeDataFeed": "true"},
+                         clause="CLUSTER BY (k)", ours="spark",
                          racing="UPDATE delta.`{uri}` SET s = 'raced' WHERE k = 21"),
 }  # fmt: skip
 
@@ -227,12 +228,27 @@ def test_we_commit_to_tables_delta_spark_made(name, oracle, spark, tmp_path):
         # Ours again, through the Arrow path, above whatever Delta Spark handed out meanwhile, and (where
         # the case races) above what a commit of Delta Spark's took after we had read the table.
         racing = case.racing.format(uri=uri) if case.racing else None
-        result, _ = append_arrow(table, [31, 32], before_commit=racing and (lambda: oracle.sql(racing)))
+        result, second = append_arrow(table, [31, 32],
+                                      before_commit=racing and (lambda: oracle.sql(racing)))  # fmt: skip
         if result.attempts != (2 if racing else 1):
             m.add(f"our second append took {result.attempts} attempt(s) (a concurrent commit: {racing})")
         rows = check_turn(m, oracle, spark, uri, "after our second append")
         our_turn_was_intended(m, table.snapshot(result.version - 1), result.version, [31, 32], rows,
                               "our second append")  # fmt: skip
+        if case.defaults.get("enableDeletionVectors") == "true":
+            # Our deletion vector on a table with every feature on: row 0 of our file (key 31) goes; Delta
+            # Spark reads the rest with the same row ids, and its table_changes (change data feed on) reports
+            # exactly that row deleted.
+            deleted = table.transaction().delete_rows({second[0].path: [0]}).commit("DELETE")
+            after = check_turn(m, oracle, spark, uri, "after our deletion vector")
+            left = sorted(r[0] for r in after if r[0] in (31, 32))
+            m.diff("our deletion vector", "keys 31, 32 left", left, [32])
+            m.diff("our deletion vector", "row ids kept", sorted(r for r in after if r[0] != 31),
+                   sorted(r for r in rows if r[0] != 31))  # fmt: skip
+            v = deleted.version
+            changes = oracle.sql(f"SELECT k, _change_type FROM table_changes_by_path('{uri}', {v}, {v})")
+            got = sorted((r["k"], r["_change_type"]) for r in changes)
+            m.diff("our deletion vector", "table_changes", got, [(31, "delete")])
     finally:
         oracle.call("conf", {k: None for k in case.conf})
     m.check()
