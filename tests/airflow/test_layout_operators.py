@@ -96,7 +96,6 @@ def test_optimize_operator_refuses_a_partition_column_by_name(tmp_path: Path, da
 
 
 def test_optimize_operator_on_spark_when_the_table_is_over_the_threshold(tmp_path: Path, dag_file):
-    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     table = _table(tmp_path / "t")
     before = _rows(tmp_path / "t")
     out, module = _dag(dag_file, tmp_path, "layout_optimize_spark", """

@@ -12,7 +12,6 @@ One Delta Spark session serves the module.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from oracle_client import Oracle, OracleError
 from oracle_compare import Mismatches, normalise, ours
+from oracle_zorder import ZORDER_ROWS, copy_table, make_scattered, zorder_against_delta_spark
 
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.errors import RestoreMissingFilesError
@@ -52,19 +52,13 @@ def history(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
-def _copy(base: Path, name: str) -> Path:
-    target = base.parent / name
-    shutil.copytree(base, target)
-    return target
-
-
 def _last_commit(oracle: Oracle, path: Path) -> dict[str, Any]:
     return oracle.call("history", str(path))[0]
 
 
 @pytest.mark.parametrize("target", [2, 4, 7])
 def test_our_restore_equals_delta_sparks(oracle: Oracle, history: Path, target: int):
-    mine, theirs = _copy(history, f"ours-{target}"), _copy(history, f"theirs-{target}")
+    mine, theirs = copy_table(history, f"ours-{target}"), copy_table(history, f"theirs-{target}")
     result = DeltaTable(str(mine)).restore(target)
     oracle.call("sql", f"RESTORE TABLE delta.`{theirs}` TO VERSION AS OF {target}")
     m = Mismatches(f"RESTORE to version {target}")
@@ -90,7 +84,7 @@ def test_our_restore_equals_delta_sparks(oracle: Oracle, history: Path, target: 
 
 
 def test_restore_to_a_timestamp_picks_the_same_version(oracle: Oracle, history: Path):
-    mine, theirs = _copy(history, "ours-ts"), _copy(history, "theirs-ts")
+    mine, theirs = copy_table(history, "ours-ts"), copy_table(history, "theirs-ts")
     ts = {h["version"]: h["ts"] for h in oracle.call("history", str(history))}
     when = ts[5] + (ts[6] - ts[5]) // 2  # between versions 5 and 6: version 5
     result = DeltaTable(str(mine)).restore(timestamp=when)
@@ -103,7 +97,7 @@ def test_restore_to_a_timestamp_picks_the_same_version(oracle: Oracle, history: 
 
 
 def test_both_refuse_a_restore_whose_files_vacuum_deleted(oracle: Oracle, history: Path):
-    mine, theirs = _copy(history, "ours-vacuumed"), _copy(history, "theirs-vacuumed")
+    mine, theirs = copy_table(history, "ours-vacuumed"), copy_table(history, "theirs-vacuumed")
     for copy in (mine, theirs):
         oracle.call("sql", f"VACUUM delta.`{copy}` RETAIN 0 HOURS")
     with pytest.raises(RestoreMissingFilesError) as caught:
@@ -119,62 +113,22 @@ def test_both_refuse_a_restore_whose_files_vacuum_deleted(oracle: Oracle, histor
 
 
 # -- Z-order, measured by Delta Spark ----------------------------------------------------------------------
-ZORDER_ROWS = 40_000
 
 
 @pytest.fixture(scope="module")
 def scattered(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Delta Spark's table of 2 partitions x 16 files whose x and y are random: every file spans them."""
-    path = tmp_path_factory.mktemp("zorder") / "scattered"
-    oracle.call("sql", f"CREATE TABLE delta.`{path}` (id BIGINT, x INT, y INT, part STRING) USING delta "
-                       "PARTITIONED BY (part)")  # fmt: skip
-    oracle.call("sql", f"INSERT INTO delta.`{path}` SELECT /*+ REPARTITION(16) */ id, "
-                       "CAST(rand(7) * 1000 AS INT), CAST(rand(8) * 1000 AS INT), IF(id % 2 = 0, 'a', 'b') "
-                       f"FROM range(0, {ZORDER_ROWS})")  # fmt: skip
-    return path
-
-
-def _queries(seed: int = 11) -> list[str]:
-    import random
-
-    rng = random.Random(seed)
-    out = []
-    for column in ("x", "y"):
-        out += [f"{column} = {rng.randrange(1000)}" for _ in range(6)]
-        out += [f"{column} >= {a} AND {column} < {a + 60}" for a in (rng.randrange(940) for _ in range(4))]
-    out += ["x < 120 AND y < 120", "x > 900 AND y >= 300 AND y <= 400"]
-    return out
+    return make_scattered(oracle, tmp_path_factory.mktemp("zorder") / "scattered")
 
 
 def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spark: Any, scattered: Path):
     from airflow_provider_delta.spark.optimize import optimize as spark_optimize
 
-    mine, theirs = _copy(scattered, "zorder-ours"), _copy(scattered, "zorder-theirs")
-    partition_bytes = sum(f.stat().st_size for f in (scattered / "part=a").glob("*.parquet"))
-    max_file_size = partition_bytes // 8  # about 8 files per partition, as many for both
-    metrics = spark_optimize(spark, str(mine), zorder_by=["x", "y"], max_file_size=max_file_size)
-    key = "spark.databricks.delta.optimize.maxFileSize"
-    oracle.call("conf", {key: str(max_file_size)})
-    try:
-        oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
-    finally:
-        oracle.call("conf", {key: None})
-    queries = _queries()
-    before, ours_read, delta_read = (oracle.call("files_read", str(p), queries)
-                                     for p in (scattered, mine, theirs))  # fmt: skip
-    skipped_ours = sum(ours_read["total"] - n for n in ours_read["read"])
-    skipped_delta = sum(delta_read["total"] - n for n in delta_read["read"])
-    skipped_before = sum(before["total"] - n for n in before["read"])
-    print(f"Z-order over {len(queries)} queries: files {before['total']} -> ours {ours_read['total']}, Delta "
-          f"Spark {delta_read['total']}; files skipped: before {skipped_before}, ours {skipped_ours}, Delta "
-          f"Spark {skipped_delta}; files read per query ours {ours_read['read']} Delta {delta_read['read']}")
+    def ours(path: Path, max_file_size: int) -> Any:
+        return spark_optimize(spark, str(path), zorder_by=["x", "y"], max_file_size=max_file_size)
+
+    metrics, mine, before, _ = zorder_against_delta_spark(oracle, scattered, ours, "spark")
     assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
-    assert skipped_before <= len(queries)  # random rows: before, almost every file is read
-    # Skipped files counted as a share of each layout's files: the two OPTIMIZEs may cut a different number
-    # of files (13 against 15, say), and a layout of more files skips more of them while reading more.
-    assert skipped_ours / ours_read["total"] >= skipped_delta / delta_read["total"], (ours_read, delta_read)
-    assert sum(ours_read["read"]) <= sum(delta_read["read"]), (ours_read, delta_read)
-    assert oracle.call("rows", str(mine)) == oracle.call("rows", str(scattered))
     info = oracle.call("history", str(mine))[0]
     assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'
     # Delta Spark goes on writing our table: an append, then its own OPTIMIZE over our files.
@@ -255,7 +209,7 @@ def _outcome(error: str | None) -> str:
 def test_optimize_conflicts_match_delta_spark(oracle: Oracle, spark: Any, conflict_base: Path, winner: str):
     slug = "".join(c if c.isalnum() else "-" for c in winner)
     # Ours late.
-    table = DeltaTable(str(_copy(conflict_base, f"ours-late-{slug}")))
+    table = DeltaTable(str(copy_table(conflict_base, f"ours-late-{slug}")))
     plan = plan_optimize(table.snapshot(), partition_filter=[("p", "in", ["a", "b"])])
     assert sorted(b.files.num_rows for b in plan.bins) == [2, 2]
     written = write_bins(spark, table, plan, list(plan.bins), {})
@@ -269,7 +223,7 @@ def test_optimize_conflicts_match_delta_spark(oracle: Oracle, spark: Any, confli
     if ours == "commits":  # Delta Spark reads the same rows after our OPTIMIZE
         assert oracle.call("rows", table.uri) == rows_before
     # Delta Spark late: its OPTIMIZE transaction of the same files, then the winner, then its commit.
-    table = DeltaTable(str(_copy(conflict_base, f"delta-late-{slug}")))
+    table = DeltaTable(str(copy_table(conflict_base, f"delta-late-{slug}")))
     plan = plan_optimize(table.snapshot(), partition_filter=[("p", "in", ["a", "b"])])
     written = write_bins(spark, table, plan, list(plan.bins), {})
     compact = [f["path"] for b in plan.bins for f in b.files.select(["path"]).to_pylist()]

@@ -15,12 +15,12 @@ One Delta Spark session serves the module.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from oracle_client import Oracle
+from oracle_zorder import copy_table, make_scattered, zorder_against_delta_spark
 
 from airflow_provider_delta.log import DeltaTable
 
@@ -46,12 +46,6 @@ def tracked_table(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> P
     return base
 
 
-def _copy(base: Path, name: str) -> Path:
-    target = base.parent / name
-    shutil.copytree(base, target)
-    return target
-
-
 def _tracked(oracle: Oracle, path: Path) -> list[tuple[Any, ...]]:
     rows = oracle.sql(TRACKED.format(t=path))
     return sorted((r["id"], r["row_id"], r["version"]) for r in rows)
@@ -74,7 +68,7 @@ def test_delta_spark_sees_the_same_row_ids_after_our_optimize(
     before = _tracked(oracle, tracked_table)
     assert len(before) == 700 - 100 + 20 and len({r[1] for r in before}) == len(before)
     assert len({r[2] for r in before}) >= 4  # rows of several commits: versions worth keeping
-    mine = _copy(tracked_table, f"ours-{engine}-{'zorder' if zorder else 'compaction'}")
+    mine = copy_table(tracked_table, f"ours-{engine}-{'zorder' if zorder else 'compaction'}")
     files_before = DeltaTable(str(mine)).snapshot().num_files
     metrics = _optimize(engine, mine, spark, zorder)
     assert metrics.num_files_removed > 0 and metrics.versions
@@ -96,54 +90,20 @@ def test_delta_spark_sees_the_same_row_ids_after_our_optimize(
 
 def test_delta_sparks_own_optimize_keeps_them_too(oracle: Oracle, tracked_table: Path):
     """The reference the tests above hold us to: Delta Spark's OPTIMIZE keeps ids and versions."""
-    theirs = _copy(tracked_table, "theirs")
+    theirs = copy_table(tracked_table, "theirs")
     before = _tracked(oracle, tracked_table)
     oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
     assert _tracked(oracle, theirs) == before
 
 
 # -- Z-order with pyarrow, measured by Delta Spark ----------------------------------------------------------
-ZORDER_ROWS = 40_000
-
-
-def _queries(seed: int = 11) -> list[str]:
-    import random
-
-    rng = random.Random(seed)
-    out = []
-    for column in ("x", "y"):
-        out += [f"{column} = {rng.randrange(1000)}" for _ in range(6)]
-        out += [f"{column} >= {a} AND {column} < {a + 60}" for a in (rng.randrange(940) for _ in range(4))]
-    return [*out, "x < 120 AND y < 120", "x > 900 AND y >= 300 AND y <= 400"]
-
-
 def test_pyarrow_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, tmp_path: Path):
-    scattered = tmp_path / "scattered"
-    oracle.call("sql", f"CREATE TABLE delta.`{scattered}` (id BIGINT, x INT, y INT, part STRING) USING delta "
-                       "PARTITIONED BY (part)")  # fmt: skip
-    oracle.call("sql", f"INSERT INTO delta.`{scattered}` SELECT /*+ REPARTITION(16) */ id, "
-                       "CAST(rand(7) * 1000 AS INT), CAST(rand(8) * 1000 AS INT), IF(id % 2 = 0, 'a', 'b') "
-                       f"FROM range(0, {ZORDER_ROWS})")  # fmt: skip
-    mine, theirs = _copy(scattered, "zorder-ours"), _copy(scattered, "zorder-theirs")
-    partition_bytes = sum(f.stat().st_size for f in (scattered / "part=a").glob("*.parquet"))
-    max_file_size = partition_bytes // 8  # about 8 files per partition, as many for both
-    metrics = DeltaTable(str(mine)).optimize(zorder_by=["x", "y"], max_file_size=max_file_size)
-    key = "spark.databricks.delta.optimize.maxFileSize"
-    oracle.call("conf", {key: str(max_file_size)})
-    try:
-        oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
-    finally:
-        oracle.call("conf", {key: None})
-    queries = _queries()
-    before, ours_read, delta_read = (oracle.call("files_read", str(p), queries)
-                                     for p in (scattered, mine, theirs))  # fmt: skip
-    skipped = {name: sum(r["total"] - n for n in r["read"])
-               for name, r in (("before", before), ("ours", ours_read), ("delta", delta_read))}  # fmt: skip
-    print(f"pyarrow Z-order over {len(queries)} queries: files {before['total']} -> ours "
-          f"{ours_read['total']}, Delta Spark {delta_read['total']}; files skipped {skipped}")
+    scattered = make_scattered(oracle, tmp_path / "scattered")
+
+    def ours(path: Path, max_file_size: int) -> Any:
+        return DeltaTable(str(path)).optimize(zorder_by=["x", "y"], max_file_size=max_file_size)
+
+    metrics, mine, before, _ = zorder_against_delta_spark(oracle, scattered, ours, "pyarrow")
     assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
-    assert skipped["ours"] >= skipped["delta"], (ours_read, delta_read)
-    assert sum(ours_read["read"]) <= sum(delta_read["read"]), (ours_read, delta_read)
-    assert oracle.call("rows", str(mine)) == oracle.call("rows", str(scattered))
     info = oracle.call("history", str(mine))[0]
     assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'
