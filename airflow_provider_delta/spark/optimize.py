@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from airflow_provider_delta.log.optimize import (
     ROW_TRACKING_FIELDS,
     SAMPLE_ROWS,
     SAMPLE_SEED,
+    Progress,
     ProgressTracker,
     bin_records,
     cuts_from_sample,
@@ -49,7 +50,7 @@ from airflow_provider_delta.log.schema import column_mapping_mode
 from airflow_provider_delta.log.space_filling_curves import curve_keys, part_ids
 
 from .data_files import WritePlan
-from .read import scan_files, with_metadata_schema
+from .read import TASK_COLUMNS, scan_files, with_metadata_schema
 from .schema import spark_schema_of
 from .session import default_parallelism
 from .write import write_table_files
@@ -60,8 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_MAX_THREADS = 15  # spark.databricks.delta.optimize.maxThreads
 _KEY = "__delta_optimize_file"
-_TASK_COLUMNS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
-Progress = Callable[[dict[str, Any]], None]
 
 
 def optimize(
@@ -182,7 +181,7 @@ def bin_rows(
         row_version_column=md.configuration.get(ROW_VERSION_COLUMN), storage_options=dict(storage_options),
     )  # fmt: skip
     output = to_arrow_schema(spark_schema, timezone="UTC")
-    tasks = files.select(_TASK_COLUMNS)
+    tasks = files.select(TASK_COLUMNS)
     slices = max(1, min(tasks.num_rows, 4 * default_parallelism(spark)))
     frame = spark.createDataFrame(tasks).repartition(slices)
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_delta.log import Snapshot
 
-_TASK_COLUMNS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
+TASK_COLUMNS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
 
 
 def read(
@@ -82,7 +82,7 @@ def read_files(
         storage_options=dict(storage_options or {}),
     )
     output = to_arrow_schema(spark_schema, timezone="UTC")
-    tasks = spark.createDataFrame(files.select(_TASK_COLUMNS))
+    tasks = spark.createDataFrame(files.select(TASK_COLUMNS))
     table_uri = snap.store.uri
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -114,6 +114,6 @@ def scan_files(
     for batch in batches:
         for row in batch.to_pylist():
             task = FileTask(row["path"], dict(row["partitionValues"] or []), row["deletionVector"],
-                            row.get("baseRowId"), row.get("defaultRowCommitVersion"))
+                            row["baseRowId"], row["defaultRowCommitVersion"])
             for rows in read_data_file(task, spec, fs, root):
                 yield pa.RecordBatch.from_arrays(rows.columns, names=output.names).cast(output)
