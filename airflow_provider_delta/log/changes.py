@@ -147,6 +147,8 @@ def read_changes(store: LogStore, start: Bound, end: Bound | None = None, *,
     latest = max(commits, default=None)
     if latest is None or first > latest:
         latest = _latest_version(store)
+    if first > latest:  # Delta Spark checks this first (startVersionAfterLatestVersion)
+        _check_retained(store, commits, first, first, latest)
     if last is None:
         last = latest
     if last < first:
@@ -175,8 +177,10 @@ def read_changes(store: LogStore, start: Bound, end: Bound | None = None, *,
 
 def resolve_range(store: LogStore, start: Bound, end: Bound | None) -> tuple[int, int | None]:
     """Versions for the bounds: ints as they are; timestamps by the commit timeline (``history``)."""
-    if isinstance(start, bool) or (end is not None and isinstance(end, bool)):
-        raise TypeError("a change range's bounds are versions (int) or timestamps (datetime, ISO-8601 text)")
+    for bound in (start, end) if end is not None else (start,):
+        if isinstance(bound, bool) or not isinstance(bound, int | str | datetime):
+            raise TypeError(f"a change range's bounds are versions (int) or timestamps (aware datetime, "
+                            f"ISO-8601 text), not {type(bound).__name__} {bound!r}")  # fmt: skip
     if isinstance(start, int) and (end is None or isinstance(end, int)):
         if start < 0:
             raise VersionNotFoundError(f"version {start} does not exist in {store.uri}")
@@ -191,10 +195,7 @@ def resolve_range(store: LogStore, start: Bound, end: Bound | None) -> tuple[int
     return first, last
 
 
-def _ms(value: Any) -> int:
-    if not isinstance(value, str | datetime):
-        raise TypeError(f"a change range's bound must be a version (int) or a timestamp (datetime or "
-                        f"ISO-8601 text), not {type(value).__name__} {value!r}")  # fmt: skip
+def _ms(value: str | datetime) -> int:
     return timestamp_ms(value)
 
 
