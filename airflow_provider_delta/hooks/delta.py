@@ -21,6 +21,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_provider_delta.extras import require_for_uri
+from airflow_provider_delta.hooks.changes import ConsumedChanges, consume_changes
 from airflow_provider_delta.log import DeltaTable
 
 if TYPE_CHECKING:
@@ -152,6 +153,13 @@ class DeltaHook(BaseHook):
         ``_commit_timestamp`` (``DeltaTable.changes``). Bounds are versions or timestamps; for a range a
         sensor or an asset event hands on, exactly once, see :meth:`consume_changes`."""
         return self.get_table(uri).changes(start, end, columns=columns, filter=filter).to_table()
+
+    def consume_changes(self, source_uri: str, app_id: str, process: Any, **options: Any) -> ConsumedChanges:
+        """Read the changes of ``source_uri`` after this consumer's recorded progress up to a range handed
+        on by a sensor or an asset event (``upto=``), hand them to ``process`` and record the progress
+        exactly once: as the app transaction ``app_id`` of ``sink_uri`` in the commit of the rows
+        ``process`` returns, or in a state store (``progress=``). See ``hooks.changes``."""
+        return consume_changes(self, source_uri, app_id, process, **options)
 
     def read_version_range(
         self,
