@@ -152,8 +152,9 @@ def test_version_trigger_serialize_round_trip(tmp_path: Path):
         return await asyncio.wait_for(anext(t.run()), WAIT)
 
     assert asyncio.run(first_event(rebuilt)).payload == asyncio.run(first_event(trigger)).payload
-    assert asyncio.run(first_event(rebuilt)).payload == {"status": "success", "version": 1, "to_version": 1,
-                                                         "table_uri": str(tmp_path / "t"), "from_version": None}  # fmt: skip
+    expected = {"status": "success", "version": 1, "to_version": 1, "table_uri": str(tmp_path / "t"),
+                "from_version": None}  # fmt: skip
+    assert asyncio.run(first_event(rebuilt)).payload == expected
 
 
 # -- DeltaTableWatcherTrigger ------------------------------------------------------------------------------
