@@ -27,8 +27,6 @@ from airflow_provider_delta.log import TableNotFoundError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from airflow_provider_delta.hooks.delta import DeltaHook
-
 PROGRESS_KEY_PREFIX = "delta_consumer/"  # asset state store key: the prefix and the consumer's app_id
 
 
@@ -94,7 +92,7 @@ class ConsumedChanges:
 
 
 def consume_changes(
-    hook: DeltaHook,
+    hook: Any,
     source_uri: str,
     app_id: str,
     process: Callable[[pa.Table], Any],
@@ -109,7 +107,8 @@ def consume_changes(
 ) -> ConsumedChanges:
     """Read the changes of ``source_uri`` after the consumer's progress, up to ``upto`` (a version, or a
     range from :func:`change_range`; the latest by default), hand them to ``process`` and record the
-    progress exactly once (see the module).
+    progress exactly once (see the module). ``hook`` is the ``DeltaHook`` whose connection reaches both
+    tables (``DeltaHook.consume_changes`` passes itself).
 
     :param process: called with the change rows (``DeltaTable.changes(...).to_table()``); with
         ``sink_uri`` it returns the rows to append to the sink (pyarrow, pandas, Polars).

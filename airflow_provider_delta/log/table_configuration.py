@@ -26,6 +26,7 @@ from .storage import LogStore
 
 _CHUNK = 16  # commits read at once while walking back to the last protocol and metaData
 _MAX_RELISTS = 3
+_BATCH_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -137,18 +138,21 @@ def _parquet_actions(store: LogStore, path: str) -> tuple[Protocol | None, Metad
     protocol = metadata = None
     try:
         for rg in _row_groups_with(pf, names):
-            table = pf.read_row_group(rg, columns=names, use_threads=False)
-            for name in names:
-                column = table.column(name)
-                if column.null_count == len(column):
-                    continue
-                body = column.filter(column.is_valid())[0].as_py(maps_as_pydicts="lossy")
-                if name == "protocol":
-                    protocol = Protocol.from_json(_without_nulls(body))
-                else:
-                    metadata = Metadata.from_json(_without_nulls(body))
-            if protocol is not None and metadata is not None:
-                break
+            # Small batches, stopping at the first that holds both: writers put these actions first (ours,
+            # Delta Spark's), so a row group of a million file rows is never decoded whole.
+            for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=[rg], columns=names,
+                                         use_threads=False):  # fmt: skip
+                for name in names:
+                    column = batch.column(name)
+                    if column.null_count == len(column):
+                        continue
+                    body = column.filter(column.is_valid())[0].as_py(maps_as_pydicts="lossy")
+                    if name == "protocol":
+                        protocol = Protocol.from_json(_without_nulls(body))
+                    else:
+                        metadata = Metadata.from_json(_without_nulls(body))
+                if protocol is not None and metadata is not None:
+                    return protocol, metadata
     except ValueError as exc:
         raise CorruptLogError(f"invalid protocol or metaData in checkpoint: {exc}", path=path) from None
     return protocol, metadata
