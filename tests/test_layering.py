@@ -139,7 +139,7 @@ CORE_FLOORS: dict[str, int] = {
     # 2: state
     "partition_values": 2, "stats": 2, "replay": 2, "snapshot": 2, "history": 2, "table_context": 2,
     "visibility": 2, "file_references": 2, "sql_parser": 2, "evaluate": 2, "table_rules": 2, "skipping": 2,
-    "scan_file": 2, "struct_stats": 2,
+    "scan_file": 2, "struct_stats": 2, "table_configuration": 2, "change_rows": 2,
     # 3: operations
     "transaction": 3, "conflicts": 3, "writer_rules": 3, "checkpoint": 3, "vacuum": 3, "cleanup": 3,
     "tail": 3, "creation": 3, "data_files": 3, "row_deletion": 3, "change_data": 3, "scan": 3, "changes": 3,

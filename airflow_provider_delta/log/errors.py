@@ -72,6 +72,38 @@ class VersionNotFoundError(DeltaError):
         self.latest = latest
 
 
+class ChangeRangeError(DeltaError, ValueError):
+    """A range of versions or timestamps to read changes of that cannot be one: its end before its start
+    (Delta Spark's ``DELTA_INVALID_CDC_RANGE``), or a timestamp after the latest commit."""
+
+
+class ChangeDataNotRecordedError(DeltaError):
+    """A version in a change read removed or rewrote rows while the table did not record change data
+    (``delta.enableChangeDataFeed`` was off): which rows changed cannot be told from the log."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class RowsChangedError(DeltaError):
+    """A read of the rows a range of versions appended met a version that removed or rewrote rows."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class DataFileNotFoundError(DeltaError):
+    """A data or change data file the log names is gone from storage (VACUUM deleted it): the version that
+    needs it can no longer be read."""
+
+    def __init__(self, message: str, *, path: str, version: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.version = version
+
+
 class UnsupportedFeatureError(DeltaError):
     """The table needs a protocol version or table feature this implementation does not support."""
 

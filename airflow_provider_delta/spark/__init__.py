@@ -18,6 +18,7 @@ from airflow_provider_delta.log.errors import (
     MergeCardinalityError,
 )
 
+from .changes import read_changes
 from .checkpoint import checkpoint_with_spark
 from .constraints import ConstraintViolationError
 from .delete import delete
@@ -38,6 +39,7 @@ __all__ = [
     "RowChangeResult",
     "SchemaMismatchError",
     "checkpoint_with_spark",
+    "read_changes",
     "delete",
     "merge",
     "read",

@@ -1,0 +1,107 @@
+"""Our change reads (``DeltaTable.changes``) against Delta Spark 4.4's ``table_changes``, on tables Delta
+Spark wrote with seeded workloads (the change data feed on): INSERTs, DELETEs, UPDATEs and MERGEs, with
+deletion vectors (partitioned) and without (rewrites, column mapping). For many random ranges, by version
+and by timestamp, both return the same rows: columns, ``_change_type``, ``_commit_version`` and
+``_commit_timestamp``. One Delta Spark table per case, so the oracle's cost stays a few queries per range.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+from oracle_client import Oracle
+
+from airflow_provider_delta.log import DeltaTable
+
+SEED = int(os.environ.get("CHANGES_SEED", "1616"))
+STEPS = int(os.environ.get("CHANGES_STEPS", "8"))
+RANGES = int(os.environ.get("CHANGES_RANGES", "6"))
+CASES = {  # name: (deletion vectors, column mapping, partitioned)
+    "dv-partitioned": (True, False, True),
+    "rewrite-column-mapping": (False, True, False),
+}
+COLUMNS = ("id", "v", "s", "p")
+
+
+def _create(oracle: Oracle, uri: str, dv: bool, cm: bool, partitioned: bool) -> None:
+    props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": str(dv).lower()}
+    if cm:
+        props["delta.columnMapping.mode"] = "name"
+    shown = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+    by = " PARTITIONED BY (p)" if partitioned else ""
+    oracle.call("sql", f"CREATE TABLE delta.`{uri}` (id BIGINT, v BIGINT, s STRING, p STRING) USING delta"
+                       f"{by} TBLPROPERTIES ({shown})")  # fmt: skip
+
+
+def _step(rng: random.Random, uri: str, i: int) -> str:
+    k = rng.randrange(0, 100)
+    lo = rng.randrange(0, 150)
+    kind = rng.choice(["insert", "insert", "delete", "update", "merge"]) if i else "insert"
+    if kind == "insert":
+        return (f"INSERT INTO delta.`{uri}` SELECT id, (id * 37) % 100, concat('s', id), char(97 + id % 3) "
+                f"FROM range({lo}, {lo + rng.randrange(10, 60)}, 1, 2)")  # fmt: skip
+    if kind == "delete":
+        return f"DELETE FROM delta.`{uri}` WHERE v < {k // 3} OR id % {rng.randrange(5, 9)} = 0"
+    if kind == "update":
+        return f"UPDATE delta.`{uri}` SET v = v + 1, s = concat(s, 'u') WHERE id % {rng.randrange(3, 7)} = 1"
+    source = (f"SELECT id, (id * 13) % 100 AS v, concat('n', id) AS s, char(97 + id % 3) AS p "
+              f"FROM range({lo}, {lo + rng.randrange(5, 40)})")  # fmt: skip
+    return (f"MERGE INTO delta.`{uri}` AS t USING ({source}) AS src ON t.id = src.id "
+            f"WHEN MATCHED AND src.v < {k} THEN DELETE WHEN MATCHED THEN UPDATE SET * "
+            "WHEN NOT MATCHED THEN INSERT *")
+
+
+def _theirs(oracle: Oracle, uri: str, start: str, end: str) -> list[tuple]:
+    rows = oracle.call("sql", f"SELECT {', '.join(COLUMNS)}, _change_type, _commit_version, "
+                              f"unix_millis(_commit_timestamp) AS ts FROM table_changes_by_path('{uri}', "
+                              f"{start}, {end})")  # fmt: skip
+    return sorted(tuple(json.loads(r).get(c) for c in (*COLUMNS, "_change_type", "_commit_version", "ts"))
+                  for r in rows)  # fmt: skip
+
+
+def _ours(table: DeltaTable, start, end) -> list[tuple]:
+    rows = table.changes(start, end).to_table().to_pylist()
+    return sorted((*(r[c] for c in COLUMNS), r["_change_type"], r["_commit_version"],
+                   int(r["_commit_timestamp"].timestamp() * 1000)) for r in rows)  # fmt: skip
+
+
+def _sql_timestamp(ms: int) -> str:
+    return "'" + dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "'"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_changes_agree_with_table_changes(oracle: Oracle, tmp_path: Path, case: str):
+    dv, cm, partitioned = CASES[case]
+    seed = SEED + list(CASES).index(case)
+    print(f"seed {seed} (CHANGES_SEED={SEED}), case {case}")
+    rng = random.Random(seed)
+    uri = str(tmp_path / "t")
+    _create(oracle, uri, dv, cm, partitioned)
+    for i in range(STEPS):
+        oracle.call("sql", _step(rng, uri, i))
+    table = DeltaTable(uri)
+    latest = table.version()
+    history = sorted((h.version, h.timestamp) for h in table.history())
+    kinds = {op for h in table.history() for op in [h.operation]}
+    assert kinds & {"DELETE", "UPDATE", "MERGE"}, f"seed {seed}: the workload changed no rows ({kinds})"
+    assert any(table.changes(1).versions[i].cdc.num_rows for i in range(latest)) or dv
+    # By version: random ranges, and the whole history.
+    ranges = [(1, latest)] + [tuple(sorted(rng.sample(range(1, latest + 1), 2))) for _ in range(RANGES)]
+    for start, end in ranges:
+        ours = _ours(table, start, end)
+        assert ours == _theirs(oracle, uri, str(start), str(end)), (seed, start, end)
+        assert ours or (start, end) != (1, latest)
+        assert {r[4] for r in ours} <= {"insert", "delete", "update_preimage", "update_postimage"}
+    # By timestamp: random instants between the first and the last commit (Delta Spark resolves the start
+    # to the first commit at or after it, the end to the last at or before it).
+    first_ms, last_ms = history[1][1], history[-1][1]
+    for _ in range(RANGES // 2):
+        a, b = sorted(rng.randint(first_ms - 5, last_ms) for _ in range(2))
+        when = [dt.datetime.fromtimestamp(x / 1000, dt.UTC) for x in (a, b)]
+        ours = _ours(table, *when)
+        assert ours == _theirs(oracle, uri, _sql_timestamp(a), _sql_timestamp(b)), (seed, a, b)
