@@ -373,6 +373,7 @@ HEAVY_FIRST = [
     "tests/oracle/test_mixed_writers.py",
     "tests/oracle/test_features_agree.py",
     "tests/oracle/test_optimize_agree.py",
+    "tests/oracle/test_changes_agree.py",
     "tests/oracle/test_row_changes_conflicts.py",
     "tests/log/test_concurrency.py",
     "tests/oracle/test_row_deletes_agree.py",
@@ -384,6 +385,8 @@ HEAVY_FIRST = [
     "tests/spark/test_row_changes.py",
     "tests/oracle/test_deletion_vectors_agree.py",
     "tests/oracle/test_change_data_agree.py",
+    "tests/airflow/test_change_consumer.py",
+    "tests/airflow/test_example_dags.py",
     "tests/spark/test_spark_write.py",
 ]
 
