@@ -311,6 +311,8 @@ def _cdc_actions(data: bytes, path: str) -> pa.Table:
                 rows.append({"path": body["path"], "partitionValues": list((body.get("partitionValues") or {})
                              .items()), "size": body.get("size"), "dataChange": body.get("dataChange", False),
                              "tags": list((body.get("tags") or {}).items()) or None})  # fmt: skip
+    if not rows:  # the common case; from_pylist of no rows would import pandas (0.15 s in a fresh task)
+        return empty_table(CDC_FIELDS)
     table = pa.Table.from_pylist(rows, schema=CDC_FIELDS)
     return table.set_column(0, "path", decode_uri_paths(table.column("path").combine_chunks()))
 
