@@ -5,7 +5,10 @@ Kept apart so the protocol modules read as protocol, not as Arrow plumbing.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -43,8 +46,55 @@ def int64_scalar(value: int) -> pa.Scalar:
     return from_numpy(np.array([value], dtype=np.int64))[0]
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = _EPOCH.replace(tzinfo=dt.UTC)
+_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
+
+
+def scalar(value: Any, kind: pa.DataType) -> pa.Scalar:
+    """``pa.scalar(value, kind)`` for the flat types of a Delta schema, without pandas: numbers and booleans
+    from numpy, text and decimals cast from their exact string form, dates and timestamps from their count
+    of days or microseconds. Other types (nested, nanosecond timestamps) fall back to ``pa.scalar``."""
+    if isinstance(value, pa.Scalar):
+        return value if value.type == kind else value.cast(kind)
+    if value is None:
+        return pa.nulls(1, kind)[0]
+    if pa.types.is_boolean(kind) and isinstance(value, bool):
+        return (TRUE if value else FALSE) if kind == pa.bool_() else pa.scalar(value, kind)
+    if pa.types.is_integer(kind) and type(value) is int and -(2**63) <= value < 2**63:
+        # a safe cast: a value out of the type's range raises, as with pa.scalar
+        return from_numpy(np.array([value], dtype=np.int64)).cast(kind)[0]
+    if pa.types.is_floating(kind) and type(value) is float:
+        return from_numpy(np.array([value], dtype=np.float64)).cast(kind)[0]
+    if (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and isinstance(value, str):
+        return string_scalar(value, kind)
+    if pa.types.is_decimal(kind) and isinstance(value, Decimal | int):
+        return from_strings([str(value)]).cast(kind)[0]
+    if pa.types.is_date32(kind) and isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        days = np.array([(value - _EPOCH.date()).days], dtype=np.int32)
+        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(days)])[0]
+    if pa.types.is_timestamp(kind) and _MICROS[kind.unit] and isinstance(value, dt.datetime):
+        delta = value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        if micros % _MICROS[kind.unit]:
+            return pa.scalar(value, kind)  # not whole units: let Arrow say so
+        ticks = np.array([micros // _MICROS[kind.unit]], dtype=np.int64)
+        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(ticks)])[0]
+    return pa.scalar(value, kind)
+
+
+_STRING = pa.string()
+
+
+def string_scalar(value: str | None, kind: pa.DataType = _STRING) -> pa.Scalar:
+    """An Arrow string scalar (null for None), for compute functions, without pandas."""
+    return (pa.nulls(1, kind) if value is None else from_strings([value]).cast(kind))[0]
+
+
 FALSE = from_numpy(np.zeros(1, dtype=np.bool_))[0]
-EMPTY_STRING = from_strings([""])[0]
+TRUE = from_numpy(np.ones(1, dtype=np.bool_))[0]
+EMPTY_STRING = string_scalar("")
+NULL_STRING = string_scalar(None)
 
 
 def single(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -120,7 +170,7 @@ def struct_to_map(arr: pa.StructArray, *, drop_nulls: bool) -> pa.MapArray:
         row_valid[true_rows(arr.is_null())] = False
     if k == 0:
         offsets = from_numpy(np.zeros(n + 1, dtype=np.int32))
-        empty = pa.array([], pa.string())
+        empty = pa.nulls(0, pa.string())
         return pa.MapArray.from_arrays(offsets, empty, empty, mask=from_numpy(~row_valid))
     names = [arr.type.field(i).name for i in range(k)]
     values = [arr.field(i).cast(pa.string()) for i in range(k)]

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_utils import EMPTY_STRING, FALSE, TRUE, scalar
 from .errors import DeltaError
 from .expressions import COMPARISONS, Call, Column, ColumnNotFoundError, Expr, Literal, Opaque
 from .partition_values import parse_timestamp
@@ -30,6 +31,7 @@ _ARITHMETIC = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_c
 _PARTS = {"year": pc.year, "month": pc.month, "day": pc.day, "hour": pc.hour, "minute": pc.minute,
           "second": pc.second}  # fmt: skip
 _STRING_FUNCS = {"lower": pc.utf8_lower, "upper": pc.utf8_upper}
+NULL_BOOL = pa.nulls(1, pa.bool_())[0]
 
 
 class ExpressionEvaluationError(DeltaError):
@@ -52,7 +54,7 @@ def predicate_mask(expr: Expr, table: pa.Table) -> pa.ChunkedArray:
     result = evaluate(expr, table)
     if not pa.types.is_boolean(result.type) and not pa.types.is_null(result.type):
         raise UnsupportedExpressionError(f"{expr} is not a predicate: it gives {result.type} values")
-    return pc.fill_null(result.cast(pa.bool_()), False)
+    return pc.fill_null(result.cast(pa.bool_()), FALSE)
 
 
 def resolve_column(table: pa.Table, path: tuple[str, ...]) -> Value:
@@ -78,7 +80,7 @@ def _eval(expr: Expr, table: pa.Table) -> Value:
     if isinstance(expr, Column):
         return resolve_column(table, expr.path)
     if isinstance(expr, Literal):
-        return pa.scalar(expr.value, expr.type)
+        return scalar(expr.value, expr.type)
     if isinstance(expr, Opaque):
         raise UnsupportedExpressionError(f"{expr.what} cannot be evaluated here")
     assert isinstance(expr, Call)
@@ -90,7 +92,8 @@ def _eval(expr: Expr, table: pa.Table) -> Value:
         return pc.invert(_boolean(_eval(expr.args[0], table), expr.args[0]))
     if op in ("is_null", "is_not_null"):
         value = _eval(expr.args[0], table)
-        result = pc.is_null(value) if not isinstance(value, pa.Scalar) else pa.scalar(not value.is_valid)
+        valid = isinstance(value, pa.Scalar) and value.is_valid
+        result = pc.is_null(value) if not isinstance(value, pa.Scalar) else scalar(not valid, pa.bool_())
         return pc.invert(result) if op == "is_not_null" else result
     if op == "like":
         return _like(expr, table)
@@ -101,7 +104,7 @@ def _eval(expr: Expr, table: pa.Table) -> Value:
     if op == "if":
         cond, then, otherwise = (_eval(a, table) for a in expr.args)
         then, otherwise = _common(then, otherwise)
-        return pc.if_else(pc.fill_null(_boolean(cond, expr.args[0]), False), then, otherwise)
+        return pc.if_else(pc.fill_null(_boolean(cond, expr.args[0]), FALSE), then, otherwise)
     args = [_eval(a, table) for a in expr.args]
     if op in COMPARISONS:
         return _compare(op, *args)
@@ -157,8 +160,8 @@ def _compare(op: str, a: Value, b: Value) -> Value:
     a, b = _common(a, b)
     if op == "<=>":
         both_null = pc.and_(pc.is_null(a), pc.is_null(b)) if not isinstance(a, pa.Scalar) or not \
-            isinstance(b, pa.Scalar) else pa.scalar(not a.is_valid and not b.is_valid)  # fmt: skip
-        return pc.or_(pc.fill_null(pc.equal(a, b), False), both_null)
+            isinstance(b, pa.Scalar) else scalar(not a.is_valid and not b.is_valid, pa.bool_())  # fmt: skip
+        return pc.or_(pc.fill_null(pc.equal(a, b), FALSE), both_null)
     return _ARROW_COMPARE[op](a, b)
 
 
@@ -212,7 +215,7 @@ def cast(value: Value, delta_type: str | None, *, target: pa.DataType | None = N
         # Text without an offset is wall-clock time in the session time zone, taken to be UTC.
         if isinstance(value, pa.Scalar):
             text = value.as_py()
-            return pa.scalar(None if text is None else parse_timestamp(text, ntz=target.tz is None), target)
+            return scalar(None if text is None else parse_timestamp(text, ntz=target.tz is None), target)
         return pc.cast(pc.cast(value, pa.timestamp("us")), target)
     try:
         return pc.cast(value, target)
@@ -228,7 +231,7 @@ def _like(expr: Call, table: pa.Table) -> Value:
         return (
             pa.nulls(len(value), pa.bool_())
             if not isinstance(value, pa.Scalar)
-            else pa.scalar(None, pa.bool_())
+            else NULL_BOOL
         )
     return pc.match_like(value, pattern.as_py())
 
@@ -243,11 +246,18 @@ def _in(expr: Call, table: pa.Table) -> Value:
         return result
     values = [cast(i, None, target=subject.type) if i.type != subject.type else i for i in items]
     present = [v for v in values if v.is_valid]
-    found = pc.is_in(subject, value_set=pa.array([v.as_py() for v in present], subject.type))
-    found = pc.if_else(pc.is_null(subject), pa.scalar(None, pa.bool_()), found)
+    found = pc.is_in(subject, value_set=_array_of(present, subject.type))
+    found = pc.if_else(pc.is_null(subject), NULL_BOOL, found)
     if len(present) < len(values):  # x IN (.., NULL) is null unless x matches
-        found = pc.if_else(found, True, pa.scalar(None, pa.bool_()))
+        found = pc.if_else(found, TRUE, NULL_BOOL)
     return found
+
+
+def _array_of(values: list[pa.Scalar], kind: pa.DataType) -> pa.Array:
+    """Scalars as one array (``pa.array`` of Python values would load pandas)."""
+    if not values:
+        return pa.nulls(0, kind)
+    return pa.concat_arrays([pa.repeat(v if v.type == kind else v.cast(kind), 1) for v in values])
 
 
 def _case(expr: Call, table: pa.Table) -> Value:
@@ -260,7 +270,7 @@ def _case(expr: Call, table: pa.Table) -> Value:
     for cond, value, source in zip(
         reversed(conds), reversed(values), reversed(expr.args[:-1:2]), strict=True
     ):
-        result = pc.if_else(pc.fill_null(_boolean(cond, source), False), value, result)
+        result = pc.if_else(pc.fill_null(_boolean(cond, source), FALSE), value, result)
     return result
 
 
@@ -281,7 +291,7 @@ def _function(op: str, args: list[Value], expr: Call) -> Value:
         return pc.coalesce(*[a if a.type == common else cast(a, None, target=common) for a in args])
     if op == "concat":
         strings = [a if pa.types.is_string(a.type) else cast(a, "string") for a in args]
-        return pc.binary_join_element_wise(*strings, "")
+        return pc.binary_join_element_wise(*strings, EMPTY_STRING)
     if op in ("trim", "ltrim", "rtrim"):
         return {"trim": pc.utf8_trim, "ltrim": pc.utf8_ltrim, "rtrim": pc.utf8_rtrim}[op](args[0], " ")
     if op == "substring":

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import Metadata
+from .arrow_utils import EMPTY_STRING, NULL_STRING, TRUE, string_scalar
 from .errors import CorruptLogError
 from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_partition_names
 
@@ -25,6 +26,7 @@ _TIMESTAMP_RE = re.compile(
 )
 _DATE_RE = re.compile(r"^(\d{4,})-(\d{1,2})-(\d{1,2})$")
 _INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
+_TRUE_TEXT = string_scalar("true")
 _INT_TYPES = {"byte": 8, "short": 16, "integer": 32, "long": 64}
 # Rows in these canonical forms are cast by Arrow; any other row goes through the scalar parser.
 _VECTOR_FORMS = {
@@ -115,18 +117,18 @@ def parse_partition_values(values: pa.Array, delta_type: str) -> pa.Array:
         return pa.chunked_array([parse_partition_values(chunk, delta_type) for chunk in values.chunks],
                                 type=delta_type_to_arrow(delta_type))  # fmt: skip
     values = pc.cast(values, pa.string())
-    values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+    values = pc.if_else(pc.equal(values, EMPTY_STRING), NULL_STRING, values)
     kind = _partition_kind(delta_type)
     target = delta_type_to_arrow(delta_type)
     if kind == "string":
         return values
     if kind == "binary":
         return pc.cast(values, target)
-    canonical = pc.fill_null(pc.match_substring_regex(values, _VECTOR_FORMS[kind]), True)
+    canonical = pc.fill_null(pc.match_substring_regex(values, _VECTOR_FORMS[kind]), TRUE)
     if pc.all(canonical).as_py():
         return _vector_cast(values, kind, target)
     others = pc.invert(canonical)
-    fast = _vector_cast(pc.if_else(canonical, values, pa.scalar(None, pa.string())), kind, target)
+    fast = _vector_cast(pc.if_else(canonical, values, NULL_STRING), kind, target)
     slow = [parse_partition_value(v, delta_type) for v in pc.filter(values, others).to_pylist()]
     return pc.replace_with_mask(fast, others, pa.array(slow, type=target))
 
@@ -134,11 +136,11 @@ def parse_partition_values(values: pa.Array, delta_type: str) -> pa.Array:
 def _vector_cast(values: pa.Array, kind: str, target: pa.DataType) -> pa.Array:
     try:
         if kind == "boolean":
-            return pc.equal(pc.utf8_lower(values), "true")
+            return pc.equal(pc.utf8_lower(values), _TRUE_TEXT)
         if kind in ("timestamp", "timestamp_ntz"):
             # Arrow parses an offset only into a zoned type and a bare time only into a naive one.
             has_offset = pc.match_substring_regex(values, r"(Z|[+-]\d{2}:\d{2})$")
-            none = pa.scalar(None, pa.string())
+            none = NULL_STRING
             zoned = pc.cast(pc.if_else(has_offset, values, none), pa.timestamp("us", tz="UTC"))
             naive = pc.cast(pc.if_else(has_offset, none, values), pa.timestamp("us"))
             return pc.if_else(has_offset, pc.cast(zoned, target), pc.cast(naive, target))
@@ -205,7 +207,7 @@ def typed_partition_values(metadata: Metadata, files: pa.Table) -> pa.Table:
     raw = files.column("partitionValues")
     typed = {}
     for c in columns:
-        values = pc.map_lookup(raw, physical[c], "first")
+        values = pc.map_lookup(raw, string_scalar(physical[c]), "first")
         try:
             typed[c] = parse_partition_values(values, by_lower[c.lower()])
         except (ValueError, OverflowError) as exc:

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .actions import Metadata, Protocol
+from .arrow_utils import from_numpy, int64_scalar, scalar, string_scalar
 from .deletion_vectors import deleted_rows
 from .errors import UnsupportedFeatureError
 from .evaluate import predicate_mask
@@ -206,7 +207,7 @@ def _logical_batch(
         if name.lower() in partitions:
             raw = task.partition_values.get(physical_name(f, spec.mode))
             value = parse_partition_value(raw, f["type"])
-            arrays.append(pa.repeat(pa.scalar(value, logical_type(f["type"])), n))
+            arrays.append(pa.repeat(scalar(value, logical_type(f["type"])), n))
         else:
             i = wanted.get(name)
             column = None if i is None else data.column(file_fields[i].name)
@@ -216,7 +217,7 @@ def _logical_batch(
         arrays.append(_metadata(data, n, first_row, wanted, file_fields, task, spec))
         names.append(METADATA_COLUMN)
     if not arrays:  # a projection of nothing (a row count): n rows, no columns
-        return pa.RecordBatch.from_struct_array(pa.repeat(pa.scalar({}, pa.struct([])), n))
+        return pa.RecordBatch.from_struct_array(pa.nulls(n, pa.struct([])))
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
@@ -224,19 +225,23 @@ def _metadata(
     data: pa.Table, n: int, first_row: int, wanted: dict[str, int], file_fields: list[pa.Field],
     task: FileTask, spec: ReadSpec,
 ) -> pa.StructArray:  # fmt: skip
-    index = pa.array(np.arange(first_row, first_row + n, dtype=np.int64))
+    index = from_numpy(np.arange(first_row, first_row + n, dtype=np.int64))
     children = []
     for role in spec.metadata:
         if role == "file_path":
-            children.append(pa.repeat(pa.scalar(task.path, pa.string()), n))
+            children.append(pa.repeat(string_scalar(task.path), n))
         elif role == "row_index":
             children.append(index)
         else:
             # "Row Tracking": a materialized value wins; else the fresh id is baseRowId + row index, the
             # fresh commit version the file's defaultRowCommitVersion.
             base = task.base_row_id if role == "row_id" else task.default_row_commit_version
-            fresh = (pc.add(index, base) if role == "row_id" else pa.repeat(pa.scalar(base, pa.int64()), n)) \
-                if base is not None else pa.nulls(n, pa.int64())  # fmt: skip
+            if base is None:
+                fresh = pa.nulls(n, pa.int64())
+            elif role == "row_id":
+                fresh = pc.add(index, int64_scalar(base))
+            else:
+                fresh = pa.repeat(int64_scalar(base), n)
             i = wanted.get(f"\0{role}")
             if i is not None:
                 fresh = pc.coalesce(data.column(file_fields[i].name).combine_chunks().cast(pa.int64()), fresh)
@@ -252,7 +257,7 @@ def _drop_deleted(batch: pa.RecordBatch, deleted: np.ndarray, first_row: int) ->
         return batch
     keep = np.ones(n, dtype=bool)
     keep[local] = False
-    return batch.filter(pa.array(keep))
+    return batch.filter(from_numpy(keep))
 
 
 def _keep_selected(batch: pa.RecordBatch, selected: np.ndarray, first_row: int) -> pa.RecordBatch:
@@ -261,7 +266,7 @@ def _keep_selected(batch: pa.RecordBatch, selected: np.ndarray, first_row: int) 
     local = selected[(selected >= first_row) & (selected < first_row + n)].astype(np.int64) - first_row
     keep = np.zeros(n, dtype=bool)
     keep[local] = True
-    return batch.filter(pa.array(keep))
+    return batch.filter(from_numpy(keep))
 
 
 def _filtered(batch: pa.RecordBatch, spec: ReadSpec) -> pa.RecordBatch:

@@ -18,13 +18,14 @@ files and filtering their rows gives exactly the matching rows.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Mapping
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import Metadata
+from .arrow_utils import FALSE, TRUE, from_numpy, int64_scalar, scalar
 from .evaluate import cast, predicate_mask
 from .expressions import COMPARISONS, NEGATED, Call, Column, Expr, Literal
 from .partition_values import typed_partition_values
@@ -32,6 +33,10 @@ from .schema import column_mapping_mode, physical_name
 from .sql_parser import UnsupportedExpressionError
 
 _MAX_STRING_BOUND = 32  # Delta Spark's dataSkippingStringPrefixLength: longer maxima may be cut short
+# Arrow scalars for compute functions (Python values would be converted through pandas)
+_STRING_BOUND = int64_scalar(_MAX_STRING_BOUND)
+_ZERO = int64_scalar(0)
+_MILLISECOND_TAIL = from_numpy(np.array([999], dtype=np.int64)).view(pa.duration("us"))[0]
 
 
 class FileStatistics:
@@ -79,11 +84,11 @@ class FileStatistics:
 
 def files_matching(expr: Expr, files: FileStatistics) -> pa.BooleanArray:
     """True for each file that may hold a row where ``expr`` is true."""
-    return pc.fill_null(_may(expr, files, negated=False), True)
+    return pc.fill_null(_may(expr, files, negated=False), TRUE)
 
 
 def _everything(files: FileStatistics) -> pa.Array:
-    return pa.repeat(pa.scalar(True), files.num_files)
+    return pa.repeat(TRUE, files.num_files)
 
 
 def _partition_only(expr: Expr, files: FileStatistics) -> bool:
@@ -134,8 +139,8 @@ def _null_test(path: tuple[str, ...], files: FileStatistics, wants_null: bool) -
     if nulls is None:
         return _everything(files)
     if wants_null:
-        return pc.fill_null(pc.greater(nulls, 0), True)
-    return pc.fill_null(pc.less(nulls, _num_records(files)), True)
+        return pc.fill_null(pc.greater(nulls, _ZERO), TRUE)
+    return pc.fill_null(pc.less(nulls, _num_records(files)), TRUE)
 
 
 def _num_records(files: FileStatistics) -> pa.Array:
@@ -146,13 +151,13 @@ def _num_records(files: FileStatistics) -> pa.Array:
 
 def _compare(op: str, path: tuple[str, ...], value: Literal, files: FileStatistics) -> pa.Array:
     if value.value is None:
-        return pa.repeat(pa.scalar(False), files.num_files)  # c op NULL is never true
+        return pa.repeat(FALSE, files.num_files)  # c op NULL is never true
     low, high = files.stat("minValues", path), files.stat("maxValues", path)
     if low is None and high is None:
         return _everything(files)
     kind = (low if low is not None else high).type
     try:
-        v = cast(pa.scalar(value.value, value.type), None, target=kind)
+        v = cast(scalar(value.value, value.type), None, target=kind)
     except (UnsupportedExpressionError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return _everything(files)
     if not v.is_valid:
@@ -165,12 +170,12 @@ def _compare(op: str, path: tuple[str, ...], value: Literal, files: FileStatisti
     }  # fmt: skip
     if op == "!=":  # false only where every value is v: min = max = v
         same = pc.and_(pc.equal(low, v), pc.equal(high, v)) if low is not None and high is not None else None
-        result = pc.invert(pc.fill_null(same, False)) if same is not None else _everything(files)
+        result = pc.invert(pc.fill_null(same, FALSE)) if same is not None else _everything(files)
     else:
         result = _everything(files)
         for bound, test in checks[op]:
             if bound is not None:
-                result = pc.and_(result, pc.fill_null(test(bound, v), True))
+                result = pc.and_(result, pc.fill_null(test(bound, v), TRUE))
     all_null = _all_null(path, files)
     return pc.and_(result, pc.invert(all_null)) if all_null is not None else result
 
@@ -178,12 +183,12 @@ def _compare(op: str, path: tuple[str, ...], value: Literal, files: FileStatisti
 def _trusted(low: pa.Array | None, high: pa.Array | None, kind: pa.DataType) -> tuple:
     """Bounds as they may be used: maxima that may be cut short dropped, millisecond maxima widened."""
     if high is not None and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        high = pc.if_else(pc.less(pc.utf8_length(high), _MAX_STRING_BOUND), high, pa.scalar(None, kind))
+        high = pc.if_else(pc.less(pc.utf8_length(high), _STRING_BOUND), high, scalar(None, kind))
     if high is not None and pa.types.is_timestamp(kind):
-        high = pc.add(high, pa.scalar(dt.timedelta(microseconds=999), pa.duration("us")))
+        high = pc.add(high, _MILLISECOND_TAIL)
     if pa.types.is_floating(kind):
-        low = None if low is None else pc.if_else(pc.is_nan(low), pa.scalar(None, kind), low)
-        high = None if high is None else pc.if_else(pc.is_nan(high), pa.scalar(None, kind), high)
+        low = None if low is None else pc.if_else(pc.is_nan(low), scalar(None, kind), low)
+        high = None if high is None else pc.if_else(pc.is_nan(high), scalar(None, kind), high)
     return low, high
 
 
@@ -191,7 +196,7 @@ def _all_null(path: tuple[str, ...], files: FileStatistics) -> pa.Array | None:
     nulls = files.stat("nullCount", path)
     if nulls is None:
         return None
-    return pc.fill_null(pc.equal(nulls, _num_records(files)), False)
+    return pc.fill_null(pc.equal(nulls, _num_records(files)), FALSE)
 
 
 def partition_matcher(metadata: Metadata, expr: Expr) -> Callable[[Mapping[str, str | None]], bool]:

@@ -17,12 +17,14 @@ from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from .actions import Metadata
+from .arrow_utils import FALSE, from_numpy, string_scalar
 from .partition_values import parse_decimal, parse_partition_value, parse_timestamp
 from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_name
 
@@ -155,6 +157,8 @@ _MIN_MAX_TYPES = {"byte", "short", "integer", "long", "float", "double", "date",
                   "string"}  # fmt: skip
 _BISECT_FLOOR = 16  # below this many lines a failing block is parsed row by row in Python
 _SPLIT_PARTS = 8
+_EMPTY_OBJECT = string_scalar("{}", pa.large_string())
+_NEWLINE = string_scalar("\n", pa.large_string())
 
 
 def stats_schema(
@@ -260,9 +264,9 @@ def parse_stats(stats_json: pa.Array, stats_type: pa.StructType) -> pa.StructArr
     if isinstance(stats_json, pa.ChunkedArray):
         stats_json = stats_json.combine_chunks()
     text = pc.cast(stats_json, pa.large_string())
-    present = pc.fill_null(pc.not_equal(text, ""), False)
+    present = pc.fill_null(pc.not_equal(text, string_scalar("", pa.large_string())), FALSE)
     # Raw newlines can only be whitespace between JSON tokens; removing them keeps one row per line.
-    lines = pc.replace_substring_regex(pc.if_else(present, text, "{}"), r"[\r\n]", " ")
+    lines = pc.replace_substring_regex(pc.if_else(present, text, _EMPTY_OBJECT), r"[\r\n]", " ")
     parsed = _read_lines(lines, stats_type)
     mask = pc.or_(pc.invert(present), parsed.is_null())
     children = [parsed.field(i) for i in range(stats_type.num_fields)]
@@ -285,8 +289,8 @@ def _read_lines(lines: pa.Array, stats_type: pa.StructType) -> pa.StructArray:
 def _read_json_block(lines: pa.Array, stats_type: pa.StructType) -> pa.StructArray:
     if len(lines) == 0:
         return pa.array([], type=stats_type)
-    as_list = pa.LargeListArray.from_arrays(pa.array([0, len(lines)], pa.int64()), lines)
-    buffer = pc.binary_join(as_list, pa.scalar("\n", pa.large_string()))[0].as_buffer()
+    offsets = from_numpy(np.array([0, len(lines)], dtype=np.int64))
+    buffer = pc.binary_join(pa.LargeListArray.from_arrays(offsets, lines), _NEWLINE)[0].as_buffer()
     longest = pc.max(pc.binary_length(lines)).as_py()
     read_options = pa_json.ReadOptions(block_size=min(max(1 << 20, 2 * longest + 2), (1 << 31) - 1))
     read_type = _json_read_type(stats_type)
