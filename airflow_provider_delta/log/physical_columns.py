@@ -71,6 +71,8 @@ def resolve_column(array: pa.Array | None, length: int, delta_type: Any, mode: s
     if array is None:
         return pa.nulls(length, target)
     if isinstance(array, pa.ChunkedArray):
+        # A copy, even of one chunk, and worth it: the copy is compact where the decoder's buffers are not
+        # (rows_10m read whole: 100 MiB less peak RSS and less system time than keeping the chunk).
         array = array.combine_chunks()
     if delta_type == "variant":  # the two binaries, put back together if the file shredded them
         return variant_column(array)

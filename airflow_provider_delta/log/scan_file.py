@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .actions import Metadata, Protocol
-from .arrow_utils import from_numpy, int64_scalar, scalar, string_scalar
+from .arrow_utils import from_numpy, int64_scalar, scalar, single, string_scalar
 from .deletion_vectors import deleted_rows
 from .errors import UnsupportedFeatureError
 from .evaluate import predicate_mask
@@ -244,7 +244,7 @@ def _metadata(
                 fresh = pa.repeat(int64_scalar(base), n)
             i = wanted.get(f"\0{role}")
             if i is not None:
-                fresh = pc.coalesce(data.column(file_fields[i].name).combine_chunks().cast(pa.int64()), fresh)
+                fresh = pc.coalesce(single(data.column(file_fields[i].name)).cast(pa.int64()), fresh)
             children.append(fresh)
     return pa.StructArray.from_arrays(children, names=list(spec.metadata))
 
@@ -276,7 +276,11 @@ def _filtered(batch: pa.RecordBatch, spec: ReadSpec) -> pa.RecordBatch:
             table = table.filter(predicate_mask(spec.filter, table))
         if spec.arrow_filter is not None:
             table = table.filter(spec.arrow_filter)
-        batch = table.combine_chunks().to_batches()[0] if table.num_rows else batch.slice(0, 0)
+        batches = table.to_batches()
+        if not table.num_rows:
+            batch = batch.slice(0, 0)
+        else:
+            batch = batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]
     if len(spec.read_columns) != len(spec.columns):
         batch = batch.select([*spec.columns, *([METADATA_COLUMN] if spec.metadata else [])])
     return batch
