@@ -6,6 +6,7 @@ Kept apart so the protocol modules read as protocol, not as Arrow plumbing.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -213,6 +214,7 @@ def decode_uri_paths(paths: pa.Array) -> pa.Array:
 
 
 _PATH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-!.~'()*,;:$&+=/@")
+_ALL_SAFE = re.compile(r"[A-Za-z0-9_\-!.~'()*,;:$&+=/@\u0080-\U0010FFFF]*")
 
 
 def encode_uri_path(path: str) -> str:
@@ -221,6 +223,8 @@ def encode_uri_path(path: str) -> str:
     ASCII characters that are not legal in a URI path (space, ``%``, ``#``, ``?``, brackets ...) are
     percent-encoded as UTF-8; non-ASCII characters stay as they are, as in Delta Spark's logs.
     """
+    if _ALL_SAFE.fullmatch(path):
+        return path  # the common case, without a loop over the characters
     out = []
     for ch in path:
         if ch in _PATH_SAFE or ord(ch) > 127:

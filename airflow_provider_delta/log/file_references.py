@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from .actions import AddFile, RemoveFile
 from .arguments import bool_arg, int_arg, str_arg, str_map_arg
+from .arrow_utils import from_strings
 from .deletion_vectors import DeletionVectorDescriptor
 from .errors import DeletionVectorError, FileNotLiveError
 from .snapshot import Snapshot
@@ -81,7 +82,7 @@ def live_files(snapshot: Snapshot | None, refs: Iterable[Any], *, what: str) -> 
         p[len(uri) :] if p.startswith(uri) else p[len(root) :] if p.startswith(root) else p for p in paths
     ]
     column = snapshot.files.column("path")
-    found = snapshot.files.filter(pc.is_in(column, value_set=pa.array(sorted(set(wanted)), pa.string())))
+    found = snapshot.files.filter(pc.is_in(column, value_set=from_strings(sorted(set(wanted)))))
     by_path = {row["path"]: row for row in found.to_pylist()}
     missing = [(given, p) for given, p in zip(paths, wanted, strict=True) if p not in by_path]
     if missing:
@@ -107,7 +108,8 @@ def tombstone(live: AddFile, deletion_timestamp: int, *, data_change: bool, like
         data_change = bool_arg(like.data_change, f"{like.path}.data_change")
         given = int_arg(like.deletion_timestamp, f"{like.path}.deletion_timestamp", minimum=0, optional=True)
         deletion_timestamp = deletion_timestamp if given is None else given
-    return dataclasses.replace(live, deletion_vector=dv).remove(deletion_timestamp, data_change=data_change)
+    source = live if dv is None else dataclasses.replace(live, deletion_vector=dv)
+    return source.remove(deletion_timestamp, data_change=data_change)
 
 
 # -- new adds -------------------------------------------------------------------------------------------

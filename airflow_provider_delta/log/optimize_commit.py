@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,9 +148,9 @@ def commit_batch(
     metrics = _sizes_metrics(adds, originals, dvs)
     snapshot = plan.snapshot
     for attempt in range(MAX_REPLANS + 1):
-        now = int(time.time() * 1000)
         txn = Transaction(table, snapshot)
-        txn.add_files(adds).remove_files([f.remove(now, data_change=False) for f in originals])
+        # Removes built by the transaction from the live adds (deletion vectors included), stamped now.
+        txn.add_files(adds).remove_files(rewritten, data_change=False)
         try:
             return txn.commit("OPTIMIZE", parameters(plan), operation_metrics=metrics)
         except ConcurrentModificationError as exc:

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_utils import TRUE, from_numpy, int64_scalar, scalar, to_numpy
 from .errors import OptimizeError, PartitionFilterError, ZOrderColumnError
 from .partition_values import typed_partition_values
 from .protocol import check_write_supported, writer_features
@@ -278,10 +279,10 @@ def filter_partitions(snapshot: Snapshot, partition_filter: Any) -> tuple[pa.Tab
             f"({snapshot.partition_columns}), not {others}", columns=tuple(others),
         )  # fmt: skip
     typed = typed_partition_values(snapshot.metadata, files)
-    mask = pa.array(np.zeros(files.num_rows, dtype=bool))
+    mask = from_numpy(np.zeros(files.num_rows, dtype=bool))
     texts = []
     for conj in conjunctions:
-        hit = pa.array(np.ones(files.num_rows, dtype=bool))
+        hit = from_numpy(np.ones(files.num_rows, dtype=bool))
         parts = []
         for column, op, value in conj:
             values = typed.column(partitions[column.lower()])
@@ -302,7 +303,7 @@ def filter_partitions(snapshot: Snapshot, partition_filter: Any) -> tuple[pa.Tab
 def _needs_compaction(snapshot: Snapshot, files: pa.Table, min_size: int, ratio: float) -> pa.Array:
     """Files below the minimum size, or whose deletion vectors hide too many rows (always, when their
     statistics do not say how many rows they have)."""
-    small = pc.less(files.column("size"), min_size)
+    small = pc.less(files.column("size"), int64_scalar(min_size))
     if files.num_rows == 0:
         return small
     deleted = pc.struct_field(files.column("deletionVector"), "cardinality")
@@ -311,8 +312,8 @@ def _needs_compaction(snapshot: Snapshot, files: pa.Table, min_size: int, ratio:
         return small
     records = pc.struct_field(typed_file_stats(snapshot.metadata, files), "numRecords")
     share = pc.divide(pc.cast(deleted, pa.float64()), pc.cast(records, pa.float64()))
-    heavy = pc.or_kleene(pc.is_null(records), pc.greater(share, ratio))
-    return pc.or_kleene(small, pc.and_kleene(has_dv, pc.fill_null(heavy, True)))
+    heavy = pc.or_kleene(pc.is_null(records), pc.greater(share, scalar(float(ratio), pa.float64())))
+    return pc.or_kleene(small, pc.and_kleene(has_dv, pc.fill_null(heavy, TRUE)))
 
 
 def _bins(
@@ -326,10 +327,10 @@ def _bins(
         else:
             group = group.take(pc.sort_indices(group, [("size", "ascending")]))
             limit = max_size if mode == "compaction" else None
-        for rows in _pack(group.column("size").to_numpy(), limit):
+        for rows in _pack(to_numpy(group.column("size")), limit):
             if len(rows) > 1 or mode != "compaction":
                 cube = str(uuid.uuid4()) if mode == "clustering" else None
-                bins.append(Bin(values, group.take(pa.array(rows, pa.int64())), cube))
+                bins.append(Bin(values, group.take(from_numpy(np.array(rows, dtype=np.int64))), cube))
     return bins
 
 
@@ -341,13 +342,13 @@ def _by_partition(snapshot: Snapshot, files: pa.Table) -> list[tuple[dict[str, s
     if not snapshot.partition_columns:
         return [({}, files)]
     typed = typed_partition_values(snapshot.metadata, files)
-    keyed = typed.append_column("__row", pa.array(np.arange(files.num_rows), pa.int64()))
+    keyed = typed.append_column("__row", from_numpy(np.arange(files.num_rows, dtype=np.int64)))
     names = list(typed.column_names)
     groups = keyed.group_by(names, use_threads=False).aggregate([("__row", "list")])
     groups = groups.sort_by([(n, "ascending") for n in names])
     out = []
     for rows in groups.column("__row_list").to_pylist():
-        part = files.take(pa.array(rows, pa.int64()))
+        part = files.take(from_numpy(np.array(rows, dtype=np.int64)))
         out.append((_as_dict(part.column("partitionValues")[0].as_py()), part))
     return out
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import fsspec
@@ -56,6 +57,25 @@ def check_metadata_fields(fields: Sequence[str], protocol: Protocol, metadata: M
 
 
 @dataclass(frozen=True)
+class _Column:
+    name: str
+    field: dict
+    partition: bool
+    target: pa.DataType
+    primitive: bool  # a file column already of ``target`` is the logical column (no mapping, no widening)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a file of one schema holds each read column: ``wanted`` maps a logical name (or a row-tracking
+    role) to a file field, ``names`` are the file columns to read."""
+
+    file_fields: list[pa.Field]
+    wanted: dict[str, int]
+    names: list[str]
+
+
+@dataclass(frozen=True)
 class ReadSpec:
     """What reading files of one snapshot needs; picklable, so Spark executors get it whole.
 
@@ -75,6 +95,20 @@ class ReadSpec:
     row_id_column: str | None = None
     row_version_column: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)  # never in a repr or log
+    # How files of one Arrow schema map to the read columns, worked out once per schema (``_layout``)
+    layouts: dict[pa.Schema, _Layout] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @cached_property
+    def plan(self) -> tuple[_Column, ...]:
+        """Each read column with what every file needs of it: its field, whether it is a partition
+        column, its logical type, and whether a file column of that type is used as it is."""
+        partitions = {c.lower() for c in self.partition_columns}
+        by_name = {f["name"]: f for f in self.schema["fields"]}
+        return tuple(
+            _Column(name, by_name[name], name.lower() in partitions, logical_type(by_name[name]["type"]),
+                    isinstance(by_name[name]["type"], str) and by_name[name]["type"] != "variant")
+            for name in self.read_columns
+        )  # fmt: skip
 
     def output_schema(self) -> pa.Schema:
         by_name = {f["name"]: f for f in self.schema["fields"]}
@@ -153,16 +187,14 @@ def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterat
     try:
         # Pre-buffering coalesces reads into few large requests: worth it on object stores, a cost on disk.
         pf = pq.ParquetFile(source, pre_buffer=not local)
-        file_fields = list(pf.schema_arrow)
-        wanted = _file_columns(file_fields, spec)
-        names = sorted({file_fields[i].name for i in wanted.values()})
+        layout = _layout(pf.schema_arrow, spec)
         first_row = 0
         for rg in range(pf.num_row_groups):
             n = pf.metadata.row_group(rg).num_rows
             # Decoding a small row group on Arrow's thread pool costs more than it saves (a table of many
             # small files is read a few files at a time in threads already).
-            data = pf.read_row_group(rg, columns=names, use_threads=n >= THREADED_ROW_GROUP_ROWS)
-            batch = _logical_batch(data, n, first_row, wanted, file_fields, task, spec)
+            data = pf.read_row_group(rg, columns=layout.names, use_threads=n >= THREADED_ROW_GROUP_ROWS)
+            batch = _logical_batch(data, n, first_row, layout, task, spec)
             if deleted is not None:
                 batch = _drop_deleted(batch, deleted, first_row)
             if selected is not None:
@@ -176,17 +208,31 @@ def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterat
             source.close()
 
 
+def _layout(file_schema: pa.Schema, spec: ReadSpec) -> _Layout:
+    """The layout of files with ``file_schema``, worked out once per schema: a table of many small files
+    has one or a few. Not cached under column mapping by ``id``: schemas compare without their field
+    ids, which that mode goes by."""
+    cached = spec.layouts.get(file_schema) if spec.mode != "id" else None
+    if cached is not None:
+        return cached
+    file_fields = list(file_schema)
+    wanted = _file_columns(file_fields, spec)
+    names = sorted({file_fields[i].name for i in wanted.values()})
+    layout = _Layout(file_fields, wanted, names)
+    if spec.mode != "id":
+        spec.layouts[file_schema] = layout
+    return layout
+
+
 def _file_columns(file_fields: list[pa.Field], spec: ReadSpec) -> dict[str, int]:
     """Logical name (or a materialized row-tracking column's role) -> index of the file field holding it."""
-    partitions = {c.lower() for c in spec.partition_columns}
-    by_name = {f["name"]: f for f in spec.schema["fields"]}
     found = {}
-    for name in spec.read_columns:
-        if name.lower() in partitions:
+    for column in spec.plan:
+        if column.partition:
             continue
-        i = find_field(file_fields, by_name[name], spec.mode)
+        i = find_field(file_fields, column.field, spec.mode)
         if i is not None:
-            found[name] = i
+            found[column.name] = i
     for role, column in (("row_id", spec.row_id_column), ("row_commit_version", spec.row_version_column)):
         if column and role in spec.metadata:
             i = next((j for j, f in enumerate(file_fields) if f.name == column), None)
@@ -196,25 +242,27 @@ def _file_columns(file_fields: list[pa.Field], spec: ReadSpec) -> dict[str, int]
 
 
 def _logical_batch(
-    data: pa.Table, n: int, first_row: int, wanted: dict[str, int], file_fields: list[pa.Field],
-    task: FileTask, spec: ReadSpec,
-) -> pa.RecordBatch:  # fmt: skip
-    partitions = {c.lower() for c in spec.partition_columns}
-    by_name = {f["name"]: f for f in spec.schema["fields"]}
+    data: pa.Table, n: int, first_row: int, layout: _Layout, task: FileTask, spec: ReadSpec
+) -> pa.RecordBatch:
     arrays, names = [], []
-    for name in spec.read_columns:
-        f = by_name[name]
-        if name.lower() in partitions:
+    for column in spec.plan:
+        f = column.field
+        if column.partition:
             raw = task.partition_values.get(physical_name(f, spec.mode))
             value = parse_partition_value(raw, f["type"])
-            arrays.append(pa.repeat(scalar(value, logical_type(f["type"])), n))
+            arrays.append(pa.repeat(scalar(value, column.target), n))
         else:
-            i = wanted.get(name)
-            column = None if i is None else data.column(file_fields[i].name)
-            arrays.append(resolve_column(column, n, f["type"], spec.mode))
-        names.append(name)
+            i = layout.wanted.get(column.name)
+            read = None if i is None else data.column(layout.file_fields[i].name)
+            if read is not None and column.primitive and read.type == column.target:
+                # Copied, not kept as read: the copy is compact where the decoder's buffers are not
+                # (rows_10m read whole: 100 MiB less peak RSS, and less system time).
+                arrays.append(read.combine_chunks() if read.num_chunks else pa.nulls(0, column.target))
+            else:
+                arrays.append(resolve_column(read, n, f["type"], spec.mode))
+        names.append(column.name)
     if spec.metadata:
-        arrays.append(_metadata(data, n, first_row, wanted, file_fields, task, spec))
+        arrays.append(_metadata(data, n, first_row, layout, task, spec))
         names.append(METADATA_COLUMN)
     if not arrays:  # a projection of nothing (a row count): n rows, no columns
         return pa.RecordBatch.from_struct_array(pa.nulls(n, pa.struct([])))
@@ -222,9 +270,8 @@ def _logical_batch(
 
 
 def _metadata(
-    data: pa.Table, n: int, first_row: int, wanted: dict[str, int], file_fields: list[pa.Field],
-    task: FileTask, spec: ReadSpec,
-) -> pa.StructArray:  # fmt: skip
+    data: pa.Table, n: int, first_row: int, layout: _Layout, task: FileTask, spec: ReadSpec
+) -> pa.StructArray:
     index = from_numpy(np.arange(first_row, first_row + n, dtype=np.int64))
     children = []
     for role in spec.metadata:
@@ -242,9 +289,10 @@ def _metadata(
                 fresh = pc.add(index, int64_scalar(base))
             else:
                 fresh = pa.repeat(int64_scalar(base), n)
-            i = wanted.get(f"\0{role}")
+            i = layout.wanted.get(f"\0{role}")
             if i is not None:
-                fresh = pc.coalesce(single(data.column(file_fields[i].name)).cast(pa.int64()), fresh)
+                materialized = single(data.column(layout.file_fields[i].name)).cast(pa.int64())
+                fresh = pc.coalesce(materialized, fresh)
             children.append(fresh)
     return pa.StructArray.from_arrays(children, names=list(spec.metadata))
 
