@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from .actions import AddFile
 from .data_files import ROW_GROUP_BYTES, DataFileWriter, data_file_name, partition_dir
 from .errors import CommitOutcomeUnknownError, UnsupportedFeatureError
-from .optimize_commit import BatchResult, OptimizeMetrics, commit_batch, summarize
+from .optimize_commit import BatchResult, OptimizeMetrics, commit_batch, rewritten_files, summarize
 from .optimize_plan import Bin, OptimizePlan, plan_optimize
 from .physical_columns import to_physical
 from .row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID, is_enabled
@@ -109,7 +109,7 @@ def optimize(
         except BaseException:
             delete_files(table, [a for _, adds in written for a in adds])
             raise
-        removed = [AddFile.from_dict(r) for bin_, _ in written for r in bin_.files.to_pylist()]
+        removed = rewritten_files(plan, written)
         version = None if result is None else result.version
         results.append(([a for _, adds in written for a in adds], removed, version))
         tracker.committed(version)

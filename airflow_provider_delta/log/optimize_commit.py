@@ -121,17 +121,30 @@ def finished_adds(plan: OptimizePlan, bin_: Bin, adds: Sequence[AddFile]) -> lis
     return out
 
 
-def _sizes_metrics(adds: Sequence[AddFile], removed: Sequence[AddFile], dvs: list[dict]) -> dict[str, int]:
+def _sizes_metrics(adds: Sequence[AddFile], removed: pa.Table) -> dict[str, int]:
     """``operationMetrics`` as Delta Spark's OPTIMIZE writes them (percentiles from the sorted sizes)."""
     sizes = sorted(a.size for a in adds)
     n = len(sizes)
     pick = (lambda i: sizes[i]) if n else (lambda i: 0)
     return {
-        "numRemovedFiles": len(removed), "numRemovedBytes": sum(r.size for r in removed),
-        "p25FileSize": pick(n // 4), "numDeletionVectorsRemoved": len(dvs), "minFileSize": pick(0),
-        "p75FileSize": pick(n * 3 // 4), "p50FileSize": pick(n // 2), "numAddedBytes": sum(sizes),
-        "numAddedFiles": n, "maxFileSize": pick(n - 1),
+        "numRemovedFiles": removed.num_rows, "numRemovedBytes": _total(removed.column("size")),
+        "p25FileSize": pick(n // 4), "numDeletionVectorsRemoved": _deletion_vectors(removed)[0],
+        "minFileSize": pick(0), "p75FileSize": pick(n * 3 // 4), "p50FileSize": pick(n // 2),
+        "numAddedBytes": sum(sizes), "numAddedFiles": n, "maxFileSize": pick(n - 1),
     }  # fmt: skip
+
+
+def _total(values: pa.ChunkedArray | pa.Array) -> int:
+    return int(pc.sum(values).as_py() or 0)
+
+
+def _deletion_vectors(files: pa.Table) -> tuple[int, int]:
+    """How many of ``files`` (rows of ``Snapshot.files``) carry a deletion vector, and the rows those hide."""
+    if "deletionVector" not in files.column_names or files.num_rows == 0:
+        return 0, 0
+    dv = files.column("deletionVector")
+    count = int(pc.sum(pc.is_valid(dv).cast(pa.int64())).as_py() or 0)
+    return count, _total(pc.struct_field(dv, "cardinality"))
 
 
 def commit_batch(
@@ -142,10 +155,8 @@ def commit_batch(
     adds = [a for bin_, files in written for a in finished_adds(plan, bin_, files)]
     if not adds:
         return None
-    rewritten = pa.concat_tables([b.files for b, _ in written])
-    originals = [AddFile.from_dict(r) for r in rewritten.to_pylist()]
-    dvs = [f.deletion_vector for f in originals if f.deletion_vector]
-    metrics = _sizes_metrics(adds, originals, dvs)
+    rewritten = rewritten_files(plan, written)
+    metrics = _sizes_metrics(adds, rewritten)
     snapshot = plan.snapshot
     for attempt in range(MAX_REPLANS + 1):
         txn = Transaction(table, snapshot)
@@ -172,27 +183,35 @@ def still_live(rewritten: pa.Table, live: pa.Table) -> bool:
     return bool(pc.all(pc.is_in(reconciliation_keys(rewritten), value_set=reconciliation_keys(live))).as_py())
 
 
-BatchResult = tuple[list[AddFile], list[AddFile], int | None]  # (adds, rewritten files, committed version)
+def rewritten_files(plan: OptimizePlan, written: Sequence[tuple[Bin, Sequence[AddFile]]]) -> pa.Table:
+    """The files the bins rewrote, as rows of ``Snapshot.files``."""
+    if not written:
+        return plan.snapshot.files.slice(0, 0)
+    return pa.concat_tables([b.files for b, _ in written])
+
+
+BatchResult = tuple[list[AddFile], pa.Table, int | None]  # (adds, rewritten files, committed version)
 
 
 def summarize(plan: OptimizePlan, results: Sequence[BatchResult]) -> OptimizeMetrics:
-    """The metrics of a whole OPTIMIZE from each batch's (adds, removed originals, committed version)."""
+    """The metrics of a whole OPTIMIZE from each batch's (adds, rewritten files, committed version)."""
     added = [a.size for adds, _, _ in results for a in adds]
-    removed_files = [r for _, removed, _ in results for r in removed]
-    dvs = [r.deletion_vector for r in removed_files if r.deletion_vector]
+    removed = [files for _, files, _ in results if files.num_rows]
+    removed_sizes = [s for files in removed for s in files.column("size").to_pylist()]
+    dvs = [_deletion_vectors(files) for files in removed]
     metrics = OptimizeMetrics(
-        num_files_added=len(added), num_files_removed=len(removed_files),
-        files_added=FileSizeStats.of(added), files_removed=FileSizeStats.of([r.size for r in removed_files]),
+        num_files_added=len(added), num_files_removed=len(removed_sizes),
+        files_added=FileSizeStats.of(added), files_removed=FileSizeStats.of(removed_sizes),
         partitions_optimized=len({json.dumps(b.partition_values, sort_keys=True) for b in plan.bins}),
         num_bins=len(plan.bins), num_batches=len(results), total_considered_files=plan.considered_files,
-        total_files_skipped=plan.considered_files - len(removed_files),
-        num_deletion_vectors_removed=len(dvs),
-        num_deletion_vector_rows_removed=sum(int(d.get("cardinality") or 0) for d in dvs),
+        total_files_skipped=plan.considered_files - len(removed_sizes),
+        num_deletion_vectors_removed=sum(n for n, _ in dvs),
+        num_deletion_vector_rows_removed=sum(rows for _, rows in dvs),
         clustering_columns=plan.columns if plan.mode == "clustering" else (),
         versions=[v for *_, v in results if v is not None],
     )  # fmt: skip
     if plan.mode == "zorder":
-        inputs = {"num": len(removed_files), "size": sum(r.size for r in removed_files)}
+        inputs = {"num": len(removed_sizes), "size": sum(removed_sizes)}
         metrics.zorder_stats = {
             "strategyName": "all", "inputCubeFiles": {"num": 0, "size": 0}, "inputOtherFiles": inputs,
             "inputNumCubes": 0, "mergedFiles": inputs, "numOutputCubes": metrics.partitions_optimized,

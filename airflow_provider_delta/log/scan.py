@@ -42,7 +42,9 @@ from .struct_stats import checkpoint_stats
 if TYPE_CHECKING:
     from .snapshot import Snapshot
 
-DEFAULT_READ_AHEAD = 4  # files read concurrently and held at most: what bounds a stream's memory
+DEFAULT_READ_AHEAD = 4  # files (or groups of small files) read concurrently and held at most
+GROUP_FILES = 64  # small files read by one worker in one go
+GROUP_BYTES = 4 * 1024 * 1024  # ... and up to this many bytes of them
 _TASK_FIELDS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
 
 
@@ -54,7 +56,8 @@ class Scan:
         by partition values and statistics. A column the table lacks raises :class:`ColumnNotFoundError`.
     :param metadata: ``_metadata`` fields to add as a struct column: ``file_path``, ``row_index``, and on
         row-tracking tables ``row_id`` and ``row_commit_version`` (as Delta Spark's ``_metadata``).
-    :param read_ahead: files read concurrently (and held at most) by the streaming outputs.
+    :param read_ahead: files read concurrently (and held at most) by the streaming outputs; consecutive
+        small files count as one (see ``_groups``).
     :param files: the ``add`` rows to read instead of the snapshot's live files (change reads).
     """
 
@@ -130,15 +133,34 @@ class Scan:
             for r in self.files.select(fields).to_pylist()
         ]
 
+    def _groups(self) -> list[list[FileTask]]:
+        """The tasks in log order, consecutive small files together (up to ``GROUP_FILES`` files and
+        ``GROUP_BYTES``): a worker reads a group in one go, so a table of thousands of small files is
+        not thousands of hand-offs between threads. A large file is a group of its own."""
+        tasks = self.tasks()
+        if "size" not in self.files.column_names:
+            return [[t] for t in tasks]
+        groups: list[list[FileTask]] = []
+        total = 0
+        for task, size in zip(tasks, self.files.column("size").to_pylist(), strict=True):
+            size = size or 0
+            if not groups or len(groups[-1]) >= GROUP_FILES or total + size > GROUP_BYTES:
+                groups.append([])
+                total = 0
+            groups[-1].append(task)
+            total += size
+        return groups
+
     # -- outputs --------------------------------------------------------------------------------------
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """Batches file by file, in log order; at most ``read_ahead`` files are read or held at once."""
+        """Batches file by file, in log order; at most ``read_ahead`` files (or groups of small files) are
+        read or held at once."""
         store = self.snapshot.store
         schema = self.schema
-        def read(task: FileTask) -> list[pa.RecordBatch]:
-            return list(read_data_file(task, self.spec, store.fs, store.root))
+        def read(group: list[FileTask]) -> list[pa.RecordBatch]:
+            return [b for task in group for b in read_data_file(task, self.spec, store.fs, store.root)]
 
-        for batches in ordered(self.tasks(), read, self.read_ahead):
+        for batches in ordered(self._groups(), read, self.read_ahead):
             for batch in batches:
                 yield batch if batch.schema == schema else batch.cast(schema)
 

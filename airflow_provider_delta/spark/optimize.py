@@ -43,7 +43,13 @@ from airflow_provider_delta.log.optimize import (
     delete_files,
     materialized_columns,
 )
-from airflow_provider_delta.log.optimize_commit import BatchResult, OptimizeMetrics, commit_batch, summarize
+from airflow_provider_delta.log.optimize_commit import (
+    BatchResult,
+    OptimizeMetrics,
+    commit_batch,
+    rewritten_files,
+    summarize,
+)
 from airflow_provider_delta.log.optimize_plan import Bin, OptimizePlan, plan_optimize
 from airflow_provider_delta.log.scan_file import ROW_ID_COLUMN, ROW_VERSION_COLUMN, ReadSpec
 from airflow_provider_delta.log.schema import column_mapping_mode
@@ -109,7 +115,7 @@ def _commit(table: DeltaTable, plan: OptimizePlan, written: list[tuple[Bin, list
     except BaseException:
         delete_files(table, [a for _, adds in written for a in adds])
         raise
-    removed = [AddFile.from_dict(r) for bin_, _ in written for r in bin_.files.to_pylist()]
+    removed = rewritten_files(plan, written)
     return [a for _, adds in written for a in adds], removed, None if result is None else result.version
 
 
