@@ -85,11 +85,10 @@ def delete(
             changes.deletes = hits
             metrics["rewriteTimeMs"] = 0  # the vectors are written by the commit: in executionTimeMs
         elif hits:
-            target.check_rewritable()
             rewrite_started = time.monotonic()
             touched = files_named(files, hits)
             old = target_rows(spark, target, touched)
-            changes.adds = write_rows(target, old.where(~matched).drop(PATH, INDEX))
+            changes.adds = write_rows(target, old.where(~matched).drop(PATH, INDEX))  # ids kept, if tracked
             changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
             if target.change_data:
                 changes.change_data.append(change_rows(target, old.where(matched), "delete"))

@@ -35,6 +35,8 @@ from .merge_pruning import merge_files
 from .row_changes import (
     INDEX,
     PATH,
+    ROW_ID,
+    ROW_VERSION,
     Changes,
     RowChangeResult,
     Target,
@@ -48,6 +50,7 @@ from .row_changes import (
     open_target,
     row_indexes,
     target_rows,
+    tracking,
     write_rows,
 )
 from .schema import spark_schema_of
@@ -206,9 +209,10 @@ def _plan(target: Target, joined: DataFrame, clauses: list[Clause], source_colum
                 value = F.when(clause == i, F.lit(None).cast(types[name])).otherwise(value)
         outputs.append(value.alias(f"__o{j}"))
     olds = [F.col(f"{t_alias}.`{name}`").alias(f"__t{j}") for j, name in enumerate(names)]
+    ids = tracking(target, F.col(f"{t_alias}.{ROW_ID}"), F.col(f"{t_alias}.{ROW_VERSION}"))
     return joined.select(F.col(f"{t_alias}.{PATH}").alias(PATH), F.col(f"{t_alias}.{INDEX}").alias(INDEX),
                          is_t.alias(_T), is_s.alias(_S), clause.alias(_CLAUSE), kind.alias(_KIND),
-                         *olds, *outputs)  # fmt: skip
+                         *olds, *outputs, *ids)  # fmt: skip
 
 
 def _assignments(target: Target, clause: Clause, source_by_lower: dict[str, str], s_alias: str
@@ -271,20 +275,22 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
     every_file = not target.deletion_vectors and any(c.when == NOT_MATCHED_BY_SOURCE for c in clauses)
     if not hits and not per_clause_inserts(clauses, per_clause) and not (every_file and files.num_rows):
         return RowChangeResult(None, metrics)
-    if metrics["numTargetRowsUpdated"] or (hits and not target.deletion_vectors):
-        target.check_rewritable()
     changes = Changes(read_files=files.column("path").to_pylist())
     rewrite_started = time.monotonic()
     n = len(target.columns)
     out = [F.col(f"__o{j}").alias(name) for j, name in enumerate(target.columns)]
     old = [F.col(f"__t{j}").alias(name) for j, name in enumerate(target.columns)]
+    # Updated rows keep their row ids (inserted ones have none: null target side) and take the commit's
+    # version; copied rows keep both ("Row Tracking").
+    ids = tracking(target, F.col(ROW_ID), None)
     if target.deletion_vectors:
         changes.deletes = hits
-        written = plan.where(F.col(_KIND).isin("update", "insert")).select(*out)
+        written = plan.where(F.col(_KIND).isin("update", "insert")).select(*out, *ids)
     else:
         touched = files if every_file else files_named(files, hits)
         changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
-        written = _rewritten(builder, target, touched, touched_rows, n).unionByName(inserted.select(*out))
+        new = inserted.select(*out, *ids)
+        written = _rewritten(builder, target, touched, touched_rows, n).unionByName(new)
     changes.adds = write_rows(target, written)
     if target.change_data:
         changes.change_data += [
@@ -325,8 +331,10 @@ def _rewritten(builder: MergeBuilder, target: Target, touched: Any, touched_rows
     rows = target_rows(builder.source.sparkSession, target, touched)
     both = rows.join(acts, (rows[PATH] == acts["__p"]) & (rows[INDEX] == acts["__i"]), "left")
     both = both.where(F.col(_KIND).isNull() | (F.col(_KIND) == "update"))
+    version = F.when(F.col(_KIND).isNull(), F.col(ROW_VERSION)) if target.kept else None
     return both.select(*[F.when(F.col(_KIND) == "update", F.col(f"__o{j}")).otherwise(F.col(f"`{name}`"))
-                         .alias(name) for j, name in enumerate(target.columns)])  # fmt: skip
+                         .alias(name) for j, name in enumerate(target.columns)],
+                       *tracking(target, F.col(ROW_ID), version))  # fmt: skip
 
 
 def _metrics(clauses: list[Clause], per_clause: list[int], source_rows: int) -> dict[str, int]:

@@ -25,6 +25,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -35,14 +36,13 @@ from airflow_provider_delta.log.change_data import CHANGE_TYPE, change_data_enab
 from airflow_provider_delta.log.errors import (
     InvalidCommitError,
     InvalidConditionError,
-    UnsupportedFeatureError,
 )
 from airflow_provider_delta.log.expressions import ColumnNotFoundError, Expr
 from airflow_provider_delta.log.partition_values import typed_partition_values
 from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
 from airflow_provider_delta.log.protocol import check_write_supported, writer_features
 from airflow_provider_delta.log.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS, delete_metrics
-from airflow_provider_delta.log.row_tracking import is_enabled as row_tracking_enabled
+from airflow_provider_delta.log.row_tracking import materialized_columns
 from airflow_provider_delta.log.scan import Scan
 from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
 
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 PATH = "__delta_file_path"  # the target row's file (as the log names it) and its row index in that file
 INDEX = "__delta_row_index"
+ROW_ID = "__delta_row_id"  # on tables that track rows: the row's id and commit version ("Row Tracking")
+ROW_VERSION = "__delta_row_commit_version"
 
 
 @dataclass(frozen=True)
@@ -101,16 +103,11 @@ class Target:
     def columns(self) -> list[str]:
         return [f["name"] for f in self.snap.metadata.schema["fields"]]
 
-    def check_rewritable(self) -> None:
-        """Rows written again (updated, or copied by a rewrite) must keep their row ids ("Row Tracking"),
-        which takes writing them into the materialized columns; until the writer does, refuse rather than
-        renumber rows."""
-        if row_tracking_enabled(self.snap.protocol, self.snap.metadata):
-            raise UnsupportedFeatureError(
-                f"{self.where} tracks row ids (delta.enableRowTracking): {self.operation} would give the "
-                "rows it writes again new ids, so it is refused (a DELETE on a table with deletion vectors "
-                "keeps them)", features=("rowTracking",),
-            )  # fmt: skip
+    @cached_property
+    def kept(self) -> tuple[str, str] | None:
+        """Row tracking's materialized columns, on tables that enable it: rows written again keep their
+        row ids there (and, copied unchanged, their row commit versions); None otherwise."""
+        return materialized_columns(self.snap.protocol, self.snap.metadata, self.where, self.operation)
 
 
 def open_target(table_uri: str, storage_options: dict[str, Any] | None, operation: str) -> Target:
@@ -123,7 +120,9 @@ def open_target(table_uri: str, storage_options: dict[str, Any] | None, operatio
                           where=where)  # fmt: skip
     if bool_property(snap.metadata.configuration, APPEND_ONLY):
         raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): {operation} is refused")
-    return Target(table, snap, dict(storage_options or {}), operation)
+    target = Target(table, snap, dict(storage_options or {}), operation)
+    _ = target.kept  # a tracked table without materialized column names is refused before any job
+    return target
 
 
 def already_committed(target: Target, app_id: str | None, app_version: int | None) -> RowChangeResult | None:
@@ -225,12 +224,31 @@ def files_where(spark: SparkSession, target: Target, files: pa.Table, condition:
 
 
 def target_rows(spark: SparkSession, target: Target, files: pa.Table) -> DataFrame:
-    """The rows of ``files`` with their file (``PATH``) and row index (``INDEX``) as plain columns."""
+    """The rows of ``files`` with their file (``PATH``) and row index (``INDEX``) as plain columns, and on
+    tables that track rows their ``ROW_ID`` and ``ROW_VERSION``."""
     from pyspark.sql import functions as F
 
-    rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index"))
+    tracked = ("row_id", "row_commit_version") if target.kept else ()
+    rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index", *tracked))
     place = [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(INDEX)]
+    if tracked:
+        place += [F.col("_metadata.row_id").alias(ROW_ID),
+                  F.col("_metadata.row_commit_version").alias(ROW_VERSION)]  # fmt: skip
     return rows.select(*[F.col(_quoted(c)) for c in target.columns], *place)
+
+
+def tracking(target: Target, row_id: Column | None, version: Column | None) -> list[Column]:
+    """On tables that track rows, the ``ROW_ID`` and ``ROW_VERSION`` columns of rows to write: a row
+    copied unchanged keeps both, an updated row its id with no version (so it takes the new file's
+    ``defaultRowCommitVersion``, the commit's), an inserted row neither (a fresh id from the new file's
+    ``baseRowId``), as Delta Spark writes them ("Row Tracking"). Nothing on other tables."""
+    from pyspark.sql import functions as F
+
+    if not target.kept:
+        return []
+    none = F.lit(None).cast("long")
+    return [(none if row_id is None else row_id).alias(ROW_ID),
+            (none if version is None else version).alias(ROW_VERSION)]  # fmt: skip
 
 
 def row_indexes(hits: pa.Table) -> dict[str, list[int]]:
@@ -247,11 +265,20 @@ def files_named(files: pa.Table, paths: Iterable[str]) -> pa.Table:
 
 
 def write_rows(target: Target, rows: DataFrame) -> list[AddFile]:
-    """Write rows (the table's columns, logical names, table order) as new data files, after checking the
-    table's rules (invariants, CHECK constraints, generated columns, NOT NULL) on every row."""
+    """Write rows (the table's columns, logical names, table order; then, on tables that track rows,
+    ``tracking``'s two columns) as new data files, after checking the table's rules (invariants, CHECK
+    constraints, generated columns, NOT NULL) on every row. Row ids and commit versions go into the
+    table's materialized columns; a null there reads as the new file's fresh id and version."""
+    from pyspark.sql import functions as F
+
     md = target.snap.metadata
     check(rows, table_rules(md.schema, dict(md.configuration)))
-    plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns))
+    kept = target.kept or ()
+    if kept:
+        rows = rows.select(*[F.col(_quoted(c)) for c in target.columns], F.col(ROW_ID).alias(kept[0]),
+                           F.col(ROW_VERSION).alias(kept[1]))  # fmt: skip
+    plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns),
+                     hidden_columns=kept)  # fmt: skip
     return write_table_files(plan, target.table, target.storage_options)
 
 

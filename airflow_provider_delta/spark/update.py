@@ -24,6 +24,8 @@ from airflow_provider_delta.log.expressions import ColumnNotFoundError
 from .row_changes import (
     INDEX,
     PATH,
+    ROW_ID,
+    ROW_VERSION,
     Changes,
     RowChangeResult,
     Target,
@@ -38,6 +40,7 @@ from .row_changes import (
     open_target,
     row_indexes,
     target_rows,
+    tracking,
     write_rows,
 )
 from .schema import spark_schema_of
@@ -82,17 +85,18 @@ def update(
     metrics["numUpdatedRows"] = sum(len(i) for i in hits.values())
     if not hits:
         return RowChangeResult(None, metrics)  # Delta Spark commits nothing when no row matches
-    target.check_rewritable()
     changes = Changes(read_files=files.column("path").to_pylist())
     rewrite_started = time.monotonic()
     touched = files_named(files, hits)
     old = target_rows(spark, target, touched)
-    updated = old.where(matched).select(*new)
+    updated = old.where(matched).select(*new, *tracking(target, F.col(ROW_ID), None))
     if target.deletion_vectors:
         changes.deletes = hits
         changes.adds = write_rows(target, updated)
     else:
-        changes.adds = write_rows(target, old.select(*_choose(target, matched, new)))
+        version = F.when(~matched, F.col(ROW_VERSION)) if target.kept else None
+        rewritten = old.select(*_choose(target, matched, new), *tracking(target, F.col(ROW_ID), version))
+        changes.adds = write_rows(target, rewritten)
         changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
     if target.change_data:
         changes.change_data.append(change_rows(target, old.where(matched), "update_preimage"))

@@ -16,7 +16,6 @@ from airflow_provider_delta.log.errors import (
     InvalidCommitError,
     InvalidConditionError,
     MergeCardinalityError,
-    UnsupportedFeatureError,
 )
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
 from airflow_provider_delta.spark import delete, merge, read, update, write
@@ -186,10 +185,47 @@ def test_tables_we_cannot_change_are_refused(spark, tmp_path: Path):
     append_only = _make(spark, tmp_path / "a", {"delta.appendOnly": "true"}, None, n=5)
     with pytest.raises(InvalidCommitError, match="append-only"):
         delete(spark, append_only, "id = 1")
-    tracked = _make(spark, tmp_path / "r", {"delta.enableRowTracking": "true"}, None, n=5)
-    with pytest.raises(UnsupportedFeatureError, match="row ids"):
-        update(spark, tracked, {"v": "0"}, "id = 1")
-    assert DeltaTable(append_only).version() == 0 and DeltaTable(tracked).version() == 0
+    assert DeltaTable(append_only).version() == 0
+
+
+def _tracked(spark, uri: str) -> dict[int, tuple[int, int]]:
+    df = read(spark, uri, metadata=["row_id", "row_commit_version"])
+    return {r["id"]: (r["row_id"], r["row_commit_version"]) for r in
+            df.selectExpr("id", "_metadata.row_id", "_metadata.row_commit_version").collect()}  # fmt: skip
+
+
+@pytest.mark.parametrize("dv", [True, False], ids=["deletion-vectors", "rewrite"])
+def test_row_ids_are_kept_as_delta_spark_keeps_them(spark, tmp_path: Path, dv: bool):
+    """"Row Tracking": rows written again keep their ids (UPDATE, MERGE) and, copied unchanged by a
+    rewrite, their commit versions; updated rows take the commit's version; inserted rows get fresh ids
+    above every id given before. Delta Spark's own ids are compared in tests/oracle."""
+    config = {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": str(dv).lower()}
+    uri = _make(spark, tmp_path / "t", config, ["p"], n=40)
+    update(spark, uri, {"v": "v + 1"}, "id < 5")  # rows of two versions before the operations under test
+    ids = _tracked(spark, uri)
+    assert len({i for i, _ in ids.values()}) == 40 and {v for _, v in ids.values()} == {0, 1}
+
+    deleted = delete(spark, uri, "id % 5 = 2")
+    ids = {i: r for i, r in ids.items() if i % 5 != 2}
+    assert _tracked(spark, uri) == ids
+    assert any(a.get("deletionVector") for a in _commit(uri, deleted.version)["add"]) == dv
+
+    updated = update(spark, uri, {"s": "upper(s)"}, "id % 3 = 0")
+    ids = {i: (r[0], updated.version) if i % 3 == 0 else r for i, r in ids.items()}
+    assert _tracked(spark, uri) == ids
+
+    source = spark.range(30, 50).selectExpr("id", "0 AS v", "'m' AS s", "char(97 + id % 3) AS p")
+    merged = merge(source, uri, "target.id = source.id").when_matched_update_all() \
+        .when_not_matched_insert_all().execute()  # fmt: skip
+    got = _tracked(spark, uri)
+    mark = max(json.loads(d["configuration"])["rowIdHighWaterMark"]
+               for d in _commit(uri, updated.version).get("domainMetadata", []))  # fmt: skip
+    for i in range(30, 50):
+        ids[i] = (ids[i][0], merged.version) if i in ids else got[i]
+        if i >= 40:
+            assert got[i][0] > mark and got[i][1] == merged.version, f"inserted row {i}: {got[i]}"
+    assert got == ids
+    assert len({i for i, _ in got.values()}) == len(got)
 
 
 def test_merge_reads_only_files_the_source_keys_can_match(spark, tmp_path: Path):
