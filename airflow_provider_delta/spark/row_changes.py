@@ -49,12 +49,13 @@ from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
 from .constraints import check, table_rules
 from .data_files import WritePlan
 from .read import read_files
+from .schema import spark_schema_of
 from .write import write_table_files
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from airflow_provider_delta.log import Snapshot
+    from airflow_provider_delta.log import Metadata, Snapshot
 
 PATH = "__delta_file_path"  # the target row's file (as the log names it) and its row index in that file
 INDEX = "__delta_row_index"
@@ -81,6 +82,13 @@ class Target:
     storage_options: dict[str, Any]
     operation: str
     started: float = field(default_factory=time.monotonic)
+    # The metadata the operation writes under: the snapshot's, or a MERGE's evolved schema
+    # (``merge_evolution``), committed with the changes.
+    metadata: Metadata = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.metadata is None:
+            self.metadata = self.snap.metadata
 
     @property
     def where(self) -> str:
@@ -101,7 +109,11 @@ class Target:
 
     @property
     def columns(self) -> list[str]:
-        return [f["name"] for f in self.snap.metadata.schema["fields"]]
+        return [f["name"] for f in self.metadata.schema["fields"]]
+
+    @property
+    def evolved(self) -> bool:
+        return self.metadata is not self.snap.metadata
 
     @cached_property
     def kept(self) -> tuple[str, str] | None:
@@ -234,7 +246,28 @@ def target_rows(spark: SparkSession, target: Target, files: pa.Table) -> DataFra
     if tracked:
         place += [F.col("_metadata.row_id").alias(ROW_ID),
                   F.col("_metadata.row_commit_version").alias(ROW_VERSION)]  # fmt: skip
-    return rows.select(*[F.col(_quoted(c)) for c in target.columns], *place)
+    return rows.select(*_evolved_columns(target), *place)
+
+
+def _evolved_columns(target: Target) -> list[Column]:
+    """The table's columns as the operation writes them: under an evolved schema, columns the files lack
+    read as NULL and widened ones are cast to their new type ("Type Widening": readers widen too)."""
+    from pyspark.sql import functions as F
+
+    if not target.evolved:
+        return [F.col(_quoted(c)) for c in target.columns]
+    old = {f["name"]: f["type"] for f in target.snap.metadata.schema["fields"]}
+    types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
+    out = []
+    for f in target.metadata.schema["fields"]:
+        name = f["name"]
+        if name not in old:
+            out.append(F.lit(None).cast(types[name]).alias(name))
+        elif old[name] != f["type"]:
+            out.append(F.col(_quoted(name)).cast(types[name]).alias(name))
+        else:
+            out.append(F.col(_quoted(name)))
+    return out
 
 
 def tracking(target: Target, row_id: Column | None, version: Column | None) -> list[Column]:
@@ -271,7 +304,7 @@ def write_rows(target: Target, rows: DataFrame) -> list[AddFile]:
     table's materialized columns; a null there reads as the new file's fresh id and version."""
     from pyspark.sql import functions as F
 
-    md = target.snap.metadata
+    md = target.metadata
     check(rows, table_rules(md.schema, dict(md.configuration)))
     kept = target.kept or ()
     if kept:
@@ -314,6 +347,7 @@ class Changes:
     deletes: dict[str, list[int]] = field(default_factory=dict)  # rows marked by deletion vectors
     change_data: list[pa.Table] = field(default_factory=list)
     read_files: list[str] = field(default_factory=list)
+    identity_marks: dict[str, int] = field(default_factory=dict)  # identity values generated (inserts)
 
 
 def commit(
@@ -334,6 +368,10 @@ def commit(
     txn: Transaction | None = None
     try:
         txn = Transaction(target.table, target.snap)
+        if target.evolved:
+            txn.update_metadata(target.metadata)  # first: change data is written under it
+        if changes.identity_marks:
+            txn.set_identity_high_water_marks(changes.identity_marks)
         if app_id is not None:
             txn.set_app_transaction(app_id, int(app_version))
         if condition is None:

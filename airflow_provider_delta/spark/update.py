@@ -19,7 +19,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log.errors import IdentityColumnError
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.identity import identity_columns
 
 from .row_changes import (
     INDEX,
@@ -122,6 +124,10 @@ def new_values(target: Target, rows: DataFrame, assignments: Mapping[str, str | 
                                   f"(columns: {', '.join(target.columns)})")  # fmt: skip
     types = {f.name: f.dataType for f in spark_schema_of(target.snap.metadata.schema).fields}
     given = {by_lower[name.lower()]: value for name, value in assignments.items()}
+    for column in identity_columns(target.snap.metadata.schema):
+        if column.name in given:  # "Identity Columns": values come from the table; Delta Spark refuses too
+            raise IdentityColumnError(f"{target.where}: {column.name!r} is an identity column, which UPDATE "
+                                      "cannot set", column=column.name)  # fmt: skip
     resolved = analysed(rows, {f"value of {name}": value for name, value in given.items()}, target.where)
     out = []
     for name in target.columns:
