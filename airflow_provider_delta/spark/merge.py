@@ -22,7 +22,6 @@ With the change data feed on, every change is written as change data (``insert``
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from airflow_provider_delta.log.errors import MergeCardinalityError
 from airflow_provider_delta.log.identity import IdentityColumn
 
 from .merge_evolution import evolve, generated_identity, named_assignments
-from .merge_pruning import merge_files
+from .merge_pruning import join_columns, merge_files, not_broadcast
 from .row_changes import (
     INDEX,
     PATH,
@@ -63,7 +62,6 @@ if TYPE_CHECKING:
 
 MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE = "matched", "notMatched", "notMatchedBySource"
 _CLAUSE, _KIND, _T, _S = "__merge_clause", "__merge_kind", "__merge_target", "__merge_source"
-_INFLATION = 4  # rows in memory take several times their compressed Parquet bytes
 
 
 @dataclass(frozen=True)
@@ -170,7 +168,9 @@ def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
     if builder.merge_schema:
         probe = target_rows(spark, target, files).alias(t_alias).crossJoin(source)
         evolve(target, probe, clauses, builder.source, s_alias)
-    rows = _not_broadcast(spark, target_rows(spark, target, files), files)
+    read = join_columns(target, builder.on, builder.clauses, builder.source.columns, builder.source_alias,
+                        builder.merge_schema)  # fmt: skip
+    rows = not_broadcast(spark, target_rows(spark, target, files, read), files)
     rows = rows.withColumn(_T, F.lit(True)).alias(t_alias)
     how = "full" if NOT_MATCHED_BY_SOURCE in whens else "right" if NOT_MATCHED in whens else "inner"
     on = analysed(rows.crossJoin(source), {"merge condition": builder.on}, target.where)["merge condition"]
@@ -180,26 +180,6 @@ def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
         return _execute(builder, target, plan, files, started)
     finally:
         plan.unpersist()
-
-
-def _not_broadcast(spark: Any, rows: DataFrame, files: Any) -> DataFrame:
-    """The target's rows, hinted to a sort-merge join when their files are too big to broadcast.
-
-    Spark sizes the target from the plan that reads it (``mapInArrow`` over the small list of files), so it
-    takes even a table of millions of rows for a small one and broadcasts it, which runs the driver out of
-    memory; the files' sizes are what it would broadcast."""
-    limit = _bytes(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", None) or "10MB")
-    size = int(sum(files.column("size").to_pylist())) if files.num_rows else 0
-    return rows if 0 <= size * _INFLATION <= limit else rows.hint("merge")
-
-
-def _bytes(text: str) -> int:
-    """Spark's byte-size setting (``10485760``, ``10MB``, ``-1``) as bytes."""
-    match = re.fullmatch(r"\s*(-?\d+)\s*([kmgtp]?)i?b?\s*", text.lower())
-    if match is None:
-        return -1
-    number, unit = int(match[1]), match[2]
-    return number * 1024 ** ("kmgtp".index(unit) + 1) if unit else number
 
 
 def _plan(target: Target, joined: DataFrame, builder: MergeBuilder, t_alias: str, s_alias: str) -> DataFrame:

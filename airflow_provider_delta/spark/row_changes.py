@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -235,33 +235,39 @@ def files_where(spark: SparkSession, target: Target, files: pa.Table, condition:
     return files.take(hits.column("__file"))
 
 
-def target_rows(spark: SparkSession, target: Target, files: pa.Table) -> DataFrame:
+def target_rows(spark: SparkSession, target: Target, files: pa.Table, columns: Collection[str] | None = None
+                ) -> DataFrame:  # fmt: skip
     """The rows of ``files`` with their file (``PATH``) and row index (``INDEX``) as plain columns, and on
-    tables that track rows their ``ROW_ID`` and ``ROW_VERSION``."""
+    tables that track rows their ``ROW_ID`` and ``ROW_VERSION``. With ``columns`` only those table columns
+    are read; the others are NULL (for a plan that needs only some, e.g. a MERGE's join)."""
     from pyspark.sql import functions as F
 
     tracked = ("row_id", "row_commit_version") if target.kept else ()
-    rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index", *tracked))
+    old = {f["name"].lower() for f in target.snap.metadata.schema["fields"]}
+    read = None if columns is None else [c for c in columns if c.lower() in old]
+    rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index", *tracked),
+                      read)  # fmt: skip
     place = [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(INDEX)]
     if tracked:
         place += [F.col("_metadata.row_id").alias(ROW_ID),
                   F.col("_metadata.row_commit_version").alias(ROW_VERSION)]  # fmt: skip
-    return rows.select(*_evolved_columns(target), *place)
+    return rows.select(*_evolved_columns(target, None if read is None else set(read)), *place)
 
 
-def _evolved_columns(target: Target) -> list[Column]:
+def _evolved_columns(target: Target, read: set[str] | None) -> list[Column]:
     """The table's columns as the operation writes them: under an evolved schema, columns the files lack
-    read as NULL and widened ones are cast to their new type ("Type Widening": readers widen too)."""
+    read as NULL and widened ones are cast to their new type ("Type Widening": readers widen too); columns
+    not ``read`` are NULL."""
     from pyspark.sql import functions as F
 
-    if not target.evolved:
+    if not target.evolved and read is None:
         return [F.col(_quoted(c)) for c in target.columns]
     old = {f["name"]: f["type"] for f in target.snap.metadata.schema["fields"]}
     types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
     out = []
     for f in target.metadata.schema["fields"]:
         name = f["name"]
-        if name not in old:
+        if name not in old or (read is not None and name not in read):
             out.append(F.lit(None).cast(types[name]).alias(name))
         elif old[name] != f["type"]:
             out.append(F.col(_quoted(name)).cast(types[name]).alias(name))

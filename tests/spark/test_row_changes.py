@@ -260,3 +260,26 @@ def test_a_condition_on_partitions_only_removes_whole_files_unread(spark, tmp_pa
     metrics = result.metrics
     assert metrics["numDeletedRows"] == 10 and metrics["numRemovedFiles"] == len(actions["remove"])
     assert sorted(_rows(spark, uri)) == [i for i in range(30) if i % 3]
+
+
+def test_merge_joins_read_only_the_columns_they_need(spark, tmp_path: Path):
+    """Spark cannot prune the columns of our read: the MERGE names those its join needs (a word that only
+    looks like a column reads one column too many), all of them with change data or Column expressions."""
+    from pyspark.sql import functions as F
+
+    from airflow_provider_delta.spark.merge import Clause
+    from airflow_provider_delta.spark.merge_pruning import join_columns
+    from airflow_provider_delta.spark.row_changes import open_target
+
+    plain = open_target(_make(spark, tmp_path / "t", {}, None, n=10), None, "MERGE")
+    cdf = open_target(_make(spark, tmp_path / "c", {"delta.enableChangeDataFeed": "true"}, None, n=10), None,
+                      "MERGE")  # fmt: skip
+    source, on = ["id", "v", "s", "p"], "target.id = source.id"
+    upsert = [Clause("matched", "delete", "source.v = 0"), Clause("matched", "update"),
+              Clause("notMatched", "insert")]  # fmt: skip
+    assert join_columns(plain, on, upsert, source, "source", False) == ["id", "v"]
+    partial = [Clause("matched", "update", None, {"s": "'x'"})]
+    assert join_columns(plain, on, partial, source, "source", False) == ["id", "v", "p"]  # v, p kept
+    assert join_columns(plain, on, [Clause("matched", "update", F.col("target.v") > 1)], source, "source",
+                        False) is None  # fmt: skip
+    assert join_columns(cdf, on, upsert, source, "source", False) is None
