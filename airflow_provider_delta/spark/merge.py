@@ -32,7 +32,7 @@ from airflow_provider_delta.log.errors import MergeCardinalityError
 from airflow_provider_delta.log.identity import IdentityColumn
 
 from .merge_evolution import evolve, generated_identity, named_assignments
-from .merge_pruning import join_columns, merge_files, not_broadcast
+from .merge_pruning import join_columns, merge_files, not_broadcast, semi_joined
 from .row_changes import (
     INDEX,
     PATH,
@@ -170,10 +170,12 @@ def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
         evolve(target, probe, clauses, builder.source, s_alias)
     read = join_columns(target, builder.on, builder.clauses, builder.source.columns, builder.source_alias,
                         builder.merge_schema)  # fmt: skip
-    rows = not_broadcast(spark, target_rows(spark, target, files, read), files)
-    rows = rows.withColumn(_T, F.lit(True)).alias(t_alias)
+    rows = target_rows(spark, target, files, read).withColumn(_T, F.lit(True)).alias(t_alias)
     how = "full" if NOT_MATCHED_BY_SOURCE in whens else "right" if NOT_MATCHED in whens else "inner"
     on = analysed(rows.crossJoin(source), {"merge condition": builder.on}, target.where)["merge condition"]
+    if how != "full":
+        rows = semi_joined(spark, rows, source, on, t_alias)
+    rows = not_broadcast(spark, rows, files)
     joined = rows.join(source, on, how)
     plan = _plan(target, joined, builder, t_alias, s_alias).persist()
     try:

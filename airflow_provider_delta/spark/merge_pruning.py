@@ -111,6 +111,23 @@ def join_columns(target: Target, on: Any, clauses: list[Clause], source_columns:
     return [c for c in target.columns if c.lower() in words or c in kept]
 
 
+def semi_joined(spark: Any, rows: DataFrame, source: DataFrame, on: Any, t_alias: str) -> DataFrame:
+    """The target rows some source row matches, when the source is small enough to broadcast (else
+    ``rows``): a MERGE without a NOT MATCHED BY SOURCE clause never acts on the others, and the outer join
+    that follows then shuffles only these instead of every row of the candidate files (Delta Spark finds
+    its touched files with such a join first)."""
+    from pyspark.sql import functions as F
+
+    try:  # Spark's own estimate of the source (classic sessions; Spark Connect has no JVM handle)
+        size = int(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
+    except Exception:
+        return rows
+    limit = byte_size(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", None) or "10MB")
+    if not 0 <= size <= limit:
+        return rows
+    return rows.join(F.broadcast(source), on, "left_semi").alias(t_alias)
+
+
 def not_broadcast(spark: Any, rows: DataFrame, files: Any) -> DataFrame:
     """The target's rows, hinted to a sort-merge join when their files are too big to broadcast.
 

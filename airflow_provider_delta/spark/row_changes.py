@@ -48,6 +48,7 @@ from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
 
 from .constraints import check, table_rules
 from .data_files import WritePlan
+from .native_read import native_read_blocker, native_rows
 from .read import read_files
 from .schema import spark_schema_of
 from .write import write_table_files
@@ -245,6 +246,9 @@ def target_rows(spark: SparkSession, target: Target, files: pa.Table, columns: C
     tracked = ("row_id", "row_commit_version") if target.kept else ()
     old = {f["name"].lower() for f in target.snap.metadata.schema["fields"]}
     read = None if columns is None else [c for c in columns if c.lower() in old]
+    if read is not None and native_read_blocker(target, files, read) is None:
+        rows = native_rows(spark, target, files, read, PATH, INDEX)
+        return rows.select(*_evolved_columns(target, set(read)), PATH, INDEX)
     rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index", *tracked),
                       read)  # fmt: skip
     place = [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(INDEX)]
