@@ -173,10 +173,8 @@ def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
     rows = target_rows(spark, target, files, read).withColumn(_T, F.lit(True)).alias(t_alias)
     how = "full" if NOT_MATCHED_BY_SOURCE in whens else "right" if NOT_MATCHED in whens else "inner"
     on = analysed(rows.crossJoin(source), {"merge condition": builder.on}, target.where)["merge condition"]
-    if how != "full":
-        rows = semi_joined(spark, rows, source, on, t_alias)
-    rows = not_broadcast(spark, rows, files)
-    joined = rows.join(source, on, how)
+    matched = semi_joined(spark, rows, source, on, t_alias) if how != "full" else rows
+    joined = not_broadcast(spark, matched, files).join(source, on, how)
     plan = _plan(target, joined, builder, t_alias, s_alias).persist()
     try:
         return _execute(builder, target, plan, files, started)

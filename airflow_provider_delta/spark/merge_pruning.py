@@ -119,7 +119,7 @@ def semi_joined(spark: Any, rows: DataFrame, source: DataFrame, on: Any, t_alias
     from pyspark.sql import functions as F
 
     try:  # Spark's own estimate of the source (classic sessions; Spark Connect has no JVM handle)
-        size = int(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
+        size = int(str(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:
         return rows
     limit = byte_size(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", None) or "10MB")
