@@ -33,6 +33,7 @@ from .row_changes import (
     num_records,
     only_partitions,
     open_target,
+    referenced,
     row_indexes,
     target_rows,
     write_rows,
@@ -61,7 +62,8 @@ def delete(
     text = condition_text(condition)
     files, expr = candidate_files(target.snap, text)
     scan_started = time.monotonic()
-    rows = target_rows(spark, target, files)
+    # The condition's columns only: the rows it matches are found, not copied (a rewrite reads them again).
+    rows = target_rows(spark, target, files, referenced(target.columns, [text]) if text else None)
     cond = analysed(rows, {"condition": condition}, target.where)["condition"] if condition is not None \
         else F.lit(True)  # fmt: skip
     params = {"predicate": [text] if text is not None else []}

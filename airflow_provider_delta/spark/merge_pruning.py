@@ -22,6 +22,7 @@ from airflow_provider_delta.log.scan import Scan
 from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError, parse
 
 from .merge_evolution import named_assignments
+from .row_changes import referenced
 from .schema import spark_schema_of
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from .row_changes import Target
 
 _INFLATION = 4  # rows in memory take several times their compressed Parquet bytes
-_IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")
 _RANGED = ("ByteType", "ShortType", "IntegerType", "LongType", "StringType", "DateType", "DecimalType")
 
 
@@ -97,18 +97,16 @@ def join_columns(target: Target, on: Any, clauses: list[Clause], source_columns:
     identifiers in the text (a word that only looks like a column reads one column too many, never too
     few); Columns rather than text, and change data (the preimage of every column), read everything."""
     values = [v for c in clauses for v in (c.assignments or {}).values()]
-    texts = [on, *[c.condition for c in clauses], *values]
-    if target.change_data or any(t is not None and not isinstance(t, str) for t in texts):
+    named = referenced(target.columns, [on, *[c.condition for c in clauses], *values])
+    if target.change_data or named is None:
         return None
-    words = {(quoted.replace("``", "`") or bare).lower() for t in texts if t
-             for quoted, bare in _IDENTIFIER.findall(t)}  # fmt: skip
     source_by_lower = {c.lower(): c for c in source_columns}
     kept: set[str] = set()
     for clause in clauses:
         if clause.action == "update":
             assigned = named_assignments(target, clause, source_by_lower, s_alias, merge_schema)
             kept.update(c for c in target.columns if c not in assigned)
-    return [c for c in target.columns if c.lower() in words or c in kept]
+    return [c for c in target.columns if c in named or c in kept]
 
 
 def semi_joined(spark: Any, rows: DataFrame, source: DataFrame, on: Any, t_alias: str) -> DataFrame:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ PATH = "__delta_file_path"  # the target row's file (as the log names it) and it
 INDEX = "__delta_row_index"
 ROW_ID = "__delta_row_id"  # on tables that track rows: the row's id and commit version ("Row Tracking")
 ROW_VERSION = "__delta_row_commit_version"
+_IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")  # SQL identifiers, quoted or bare
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,17 @@ def candidate_files(snap: Snapshot, condition: str | None) -> tuple[pa.Table, Ex
     return scan.files, scan.filter
 
 
+def referenced(columns: Iterable[str], texts: Iterable[str | Column | None]) -> list[str] | None:
+    """The ``columns`` that SQL ``texts`` name (None when one is a Column, whose names we cannot see): a
+    word that only looks like a column names one column too many, never too few."""
+    texts = [t for t in texts if t is not None]
+    if any(not isinstance(t, str) for t in texts):
+        return None
+    words = {(quoted.replace("``", "`") or bare).lower() for t in texts
+             for quoted, bare in _IDENTIFIER.findall(t)}  # fmt: skip
+    return [c for c in columns if c.lower() in words]
+
+
 def only_partitions(snap: Snapshot, expr: Expr | None) -> bool:
     """Whether the condition reads partition columns only: skipping then selects exactly the files whose
     every row matches, so they are removed whole without reading them (Delta Spark's metadata-only
@@ -245,7 +258,8 @@ def target_rows(spark: SparkSession, target: Target, files: pa.Table, columns: C
 
     tracked = ("row_id", "row_commit_version") if target.kept else ()
     old = {f["name"].lower() for f in target.snap.metadata.schema["fields"]}
-    read = None if columns is None else [c for c in columns if c.lower() in old]
+    read = [c for c in columns if c.lower() in old] if columns else None
+    read = read or None  # no column at all: read them all (a plan of only file and row index is untested)
     if read is not None and native_read_blocker(target, files, read) is None:
         rows = native_rows(spark, target, files, read, PATH, INDEX)
         return rows.select(*_evolved_columns(target, set(read)), PATH, INDEX)

@@ -40,6 +40,7 @@ from .row_changes import (
     files_named,
     num_records,
     open_target,
+    referenced,
     row_indexes,
     target_rows,
     tracking,
@@ -73,7 +74,8 @@ def update(
     text = condition_text(condition)
     files, _ = candidate_files(target.snap, text)
     started = time.monotonic()
-    rows = target_rows(spark, target, files)
+    named = referenced(target.columns, [condition, *set.values()])  # only find the rows here
+    rows = target_rows(spark, target, files, named)
     given = {"condition": condition} if condition is not None else {}
     cond = analysed(rows, given, target.where).get("condition", F.lit(True))
     matched = F.coalesce(cond, F.lit(False))
