@@ -253,16 +253,18 @@ def target_rows(spark: SparkSession, target: Target, files: pa.Table, columns: C
                 ) -> DataFrame:  # fmt: skip
     """The rows of ``files`` with their file (``PATH``) and row index (``INDEX``) as plain columns, and on
     tables that track rows their ``ROW_ID`` and ``ROW_VERSION``. With ``columns`` only those table columns
-    are read; the others are NULL (for a plan that needs only some, e.g. a MERGE's join)."""
+    are read; the others are NULL (for a plan that needs only some, e.g. a MERGE's join). Spark's Parquet
+    reader reads them where ``native_read`` allows it, ours elsewhere."""
     from pyspark.sql import functions as F
 
     tracked = ("row_id", "row_commit_version") if target.kept else ()
     old = {f["name"].lower() for f in target.snap.metadata.schema["fields"]}
     read = [c for c in columns if c.lower() in old] if columns else None
     read = read or None  # no column at all: read them all (a plan of only file and row index is untested)
-    if read is not None and native_read_blocker(target, files, read) is None:
-        rows = native_rows(spark, target, files, read, PATH, INDEX)
-        return rows.select(*_evolved_columns(target, set(read)), PATH, INDEX)
+    wanted = read or [f["name"] for f in target.snap.metadata.schema["fields"]]
+    if native_read_blocker(target, files, wanted) is None:
+        rows = native_rows(spark, target, files, wanted, PATH, INDEX)
+        return rows.select(*_evolved_columns(target, set(wanted)), PATH, INDEX)
     rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index", *tracked),
                       read)  # fmt: skip
     place = [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(INDEX)]
