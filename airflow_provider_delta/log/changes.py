@@ -278,21 +278,21 @@ def _cdc_actions(data: bytes, path: str) -> pa.Table:
 # -- planning ---------------------------------------------------------------------------------------
 def refuse_schema_breaks(versions: list[VersionChanges], uri: str) -> None:
     """Every row of a range is read in the end version's schema: refuse a range whose older rows cannot
-    follow a schema change inside it (``schema_evolution``), naming the change's version and column. As
-    Delta Spark's batch change read: each metaData after the start, then the start's, against the end's
-    (a change at the start itself is no break: no row before it is read)."""
+    follow a schema change inside it (``schema_evolution``). As Delta Spark's batch change read, the
+    start's metadata and each metaData after it are checked against the end's (a change at the start
+    itself is no break: no row before it is read); the version named is that of the change itself, where
+    Delta Spark names the metaData it was checking, which may be an earlier, additive change."""
     if not versions:
         return
     first, end = versions[0], versions[-1]
+    # _versions carries a metadata object on until a commit holds another: "is not" finds the metaData
     changed = [v for prev, v in zip(versions, versions[1:], strict=False) if v.metadata is not prev.metadata]
-    for v in changed:  # _versions carries the metadata object on until a commit holds another
-        found = schema_break(v.metadata, end.metadata)
-        if found is not None:
-            raise _incompatible(uri, first.version, end.version, v.version, found)
-    found = schema_break(first.metadata, end.metadata)
-    if found is not None:  # no change breaks alone (a column dropped, then added back under its name):
-        # the break is at the first change whose schema the start's rows cannot follow
-        at = next(v.version for v in changed if schema_break(first.metadata, v.metadata) is not None)
+    for origin in (first, *changed):
+        if schema_break(origin.metadata, end.metadata) is None:
+            continue
+        # The first later change the origin's rows cannot follow: there is one, the end's own metaData.
+        at, found = next((v.version, f) for v in changed if v.version > origin.version
+                         and (f := schema_break(origin.metadata, v.metadata)) is not None)  # fmt: skip
         raise _incompatible(uri, first.version, end.version, at, found)
 
 

@@ -336,6 +336,14 @@ def test_a_rename_or_a_drop_inside_a_range_is_refused_naming_its_version_and_col
         t.changes(3).to_table()
     assert (e.value.version, e.value.column) == (4, "label")
     assert sorted(t.changes(4).to_table()["label"].to_pylist()) == ["new"]
+    # An additive change before a rename: the rename is named (Delta Spark names the first metaData it
+    # checks, the ADD COLUMN), and the two ranges suggested read.
+    t.write(pa.table({"id": [6], "label": ["x"], "p": ["a"], "n": [60]}), schema_mode="merge")  # v6
+    _alter(t, lambda fields: _field(fields, "label").update(name="tag"))  # v7
+    renamed = r"at version 7: column 'label' was renamed to 'tag'.*versions 5\.\.6 and 7\.\.7"
+    with pytest.raises(IncompatibleSchemaChangeError, match=renamed):
+        t.changes(5).to_table()
+    assert t.changes(5, 6).to_table()["n"].to_pylist() == [None, 60]
 
 
 def test_a_type_widened_inside_a_range_reads_widened_other_type_changes_are_refused(tmp_path: Path):
