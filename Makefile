@@ -28,7 +28,7 @@ export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 .PHONY: test lint demo bench fuzz chaos sync uv clean distclean tools browser oracle
 
 test: lint tools oracle
-	$(UV_RUN) pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(UV_RUN) pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 lint: sync
 	$(UV_RUN) ruff check .

@@ -70,6 +70,15 @@ def main() -> None:
         run(rows, day, orders)
     say("delta_rows again for a day already written, as a retry or a clear would: nothing is written")
     run(rows, DAYS[0], orders)
+    root = os.environ["DELTA_EXAMPLE_ROOT"].rstrip("/")
+    say("delta_changes_upstream appends and corrects orders (a MERGE with change data);")
+    say("delta_changes_downstream reads only the changes since its last run into order_totals, exactly once")
+    upstream, downstream = bag.get_dag("delta_changes_upstream"), bag.get_dag("delta_changes_downstream")
+    for day in DAYS:
+        run(upstream, day, f"{root}/orders_feed")
+        run(downstream, day, f"{root}/order_totals")
+    say("delta_changes_downstream again, as a clear would: nothing new to read, nothing committed")
+    run(downstream, DAYS[-1], f"{root}/order_totals")
     spark_table = f"{os.environ['DELTA_EXAMPLE_ROOT'].rstrip('/')}/spark_events"
     say("delta_spark_pipeline: ingest on local Spark -> deferred sensor -> checkpoint + vacuum")
     for day in DAYS[:2]:

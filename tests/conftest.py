@@ -361,29 +361,109 @@ def request_counter(s3_server: S3Server) -> RequestLog:
     return s3_server.requests
 
 
+# Test files that take over ~40 s of a worker (from ``--durations`` on two busy cores), heaviest first.
+# xdist hands whole files to its workers in collection order (``make test`` turns off its own reordering by
+# test count, which put these last), so the longest start first and the short ones fill the gaps at the end.
+# Order only changes how long the run takes, never what it tests.
+HEAVY_FIRST = [
+    "tests/oracle/test_we_read_delta_spark.py",
+    "tests/oracle/test_layout_agree.py",
+    "tests/oracle/test_row_changes_agree.py",
+    "tests/oracle/test_delta_spark_reads_ours.py",
+    "tests/oracle/test_mixed_writers.py",
+    "tests/oracle/test_features_agree.py",
+    "tests/oracle/test_optimize_agree.py",
+    "tests/oracle/test_changes_agree.py",
+    "tests/oracle/test_row_changes_conflicts.py",
+    "tests/log/test_concurrency.py",
+    "tests/oracle/test_row_deletes_agree.py",
+    "tests/test_install.py",
+    "tests/oracle/test_constraints_agree.py",
+    "tests/oracle/test_arrow_rows_agree.py",
+    "tests/log/test_chaos.py",
+    "tests/airflow/test_spark_connection.py",
+    "tests/spark/test_row_changes.py",
+    "tests/oracle/test_deletion_vectors_agree.py",
+    "tests/oracle/test_change_data_agree.py",
+    "tests/airflow/test_change_consumer.py",
+    "tests/airflow/test_example_dags.py",
+    "tests/spark/test_spark_write.py",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
+
+
+class _LocalSpark:
+    """Our local Spark, one per test process: a JVM costs 7-12 s to start, and 17 modules use it.
+
+    pyspark allows one SparkContext per process, and a module that makes its own session (a standalone
+    cluster, an operator that starts and stops Spark) must not find this one running: such modules do not
+    ask for ``spark``, and ``_local_spark_only_where_asked`` stops the shared session before them. The next
+    module that asks starts it again.
+    """
+
+    def __init__(self) -> None:
+        self.session: Any = None
+
+    def get(self) -> Any:
+        from pyspark import SparkContext
+
+        from airflow_provider_delta.spark import spark_session
+
+        if self.session is not None and SparkContext._active_spark_context is None:
+            self.session = None  # a test stopped it
+        if self.session is None:
+            self.session = spark_session(
+                "local[2]",
+                {
+                    "spark.sql.shuffle.partitions": "2",
+                    "spark.default.parallelism": "2",
+                    "spark.driver.memory": "1g",
+                    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+                    "spark.sql.session.timeZone": "UTC",
+                },
+            )
+            self.session.sparkContext.setLogLevel("ERROR")
+        return self.session
+
+    def stop(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            session.stop()
+
+
+_local_spark = _LocalSpark()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _local_spark_only_where_asked(request: pytest.FixtureRequest) -> None:
+    """Stop the shared local Spark before a module none of whose tests asks for ``spark``."""
+    if _local_spark.session is None:
+        return
+    module = request.module
+    if not any("spark" in item.fixturenames for item in request.session.items if item.module is module):
+        _local_spark.stop()
+
+
+@pytest.fixture(scope="session")
+def _spark_session_end() -> Iterator[None]:
+    yield
+    _local_spark.stop()
+
+
 @pytest.fixture(scope="module")
-def spark() -> Iterator:
-    """Our Spark (the product's pyspark), local[2] with small shuffles, so it stays quick on two cores.
+def spark(_spark_session_end: None) -> Any:
+    """Our Spark (the product's pyspark), local[2] with small shuffles, so it stays quick on two cores; one
+    session for this process's modules in turn (see :class:`_LocalSpark`).
 
     1 GiB of heap: two xdist workers may each hold this session and an oracle's at once. The JIT stops at C1
     (as the oracle's does): a test session's JVM lives minutes, too short for C2's compile time to pay back,
     and C2 compiling cost a quarter of the CPU time of tests/spark (110 s against 83 s).
     """
-    from airflow_provider_delta.spark import spark_session
-
-    session = spark_session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-            "spark.sql.session.timeZone": "UTC",
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return _local_spark.get()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_provider_delta.extras import require_for_uri
+from airflow_provider_delta.hooks.changes import ConsumedChanges, consume_changes
 from airflow_provider_delta.log import DeltaTable
 
 if TYPE_CHECKING:
@@ -139,6 +140,33 @@ class DeltaHook(BaseHook):
         values and statistics first)."""
         return self.get_table(uri).scan(columns, filter, version=version, timestamp=timestamp).to_table()
 
+    def read_changes(
+        self,
+        uri: str,
+        start: Any = None,
+        end: Any = None,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        *,
+        starting_timestamp: Any = None,
+        ending_timestamp: Any = None,
+    ) -> pa.Table:
+        """The rows versions ``start``..``end`` (latest by default) changed, as Delta Spark's
+        ``table_changes`` gives them: the table's columns and ``_change_type``, ``_commit_version``,
+        ``_commit_timestamp`` (``DeltaTable.changes``). Bounds are versions or timestamps
+        (``starting_timestamp=`` / ``ending_timestamp=`` take ms since the epoch too); for a range a
+        sensor or an asset event hands on, exactly once, see :meth:`consume_changes`."""
+        return self.get_table(uri).changes(start, end, starting_timestamp=starting_timestamp,
+                                           ending_timestamp=ending_timestamp, columns=columns,
+                                           filter=filter).to_table()  # fmt: skip
+
+    def consume_changes(self, source_uri: str, app_id: str, process: Any, **options: Any) -> ConsumedChanges:
+        """Read the changes of ``source_uri`` after this consumer's recorded progress up to a range handed
+        on by a sensor or an asset event (``upto=``), hand them to ``process`` and record the progress
+        exactly once: as the app transaction ``app_id`` of ``sink_uri`` in the commit of the rows
+        ``process`` returns, or in a state store (``progress=``). See ``hooks.changes``."""
+        return consume_changes(self, source_uri, app_id, process, **options)
+
     def read_version_range(
         self,
         uri: str,
@@ -147,13 +175,22 @@ class DeltaHook(BaseHook):
         columns: list[str] | None = None,
         filter: Any = None,
     ) -> pa.Table:
-        """The rows the commits ``start_version``..``end_version`` appended (``log.changes``): the input
-        of an incremental task. A range that deleted or rewrote rows raises ``RowsChangedError``."""
-        from airflow_provider_delta.log.changes import scan_versions
+        """The rows the commits ``start_version``..``end_version`` appended (the table's columns only):
+        the input of an incremental task over an append-only table. A range that deleted or rewrote rows
+        raises ``RowsChangedError``; :meth:`read_changes` reads such ranges."""
+        from airflow_provider_delta.log.errors import RowsChangedError
 
-        table = self.get_table(uri)
-        snap = table.snapshot(end_version)
-        return scan_versions(snap, start_version, end_version, columns=columns, filter=filter).to_table()
+        changes = self.get_table(uri).changes(start_version, end_version, columns=columns, filter=filter)
+        version = changes.removes_rows()
+        if version is not None:
+            operation = changes.versions[version - changes.start].operation or "an unknown operation"
+            raise RowsChangedError(
+                f"version {version} of {uri} ({operation}) removed or rewrote rows, so the rows versions "
+                f"{changes.start}..{changes.end} added are not all that changed; read_changes reads them",
+                version=version,
+            )
+        rows = changes.to_table()
+        return rows.select(rows.column_names[: len(rows.column_names) - 3])
 
     def write_rows(self, uri: str, data: Any, **options: Any) -> CommitResult:
         """Write rows (pyarrow, pandas, Polars...) as one commit; ``app_id``/``app_version`` make it

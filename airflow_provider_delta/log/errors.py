@@ -72,6 +72,50 @@ class VersionNotFoundError(DeltaError):
         self.latest = latest
 
 
+class ChangeRangeError(DeltaError, ValueError):
+    """A range of versions or timestamps to read changes of that cannot be one: its end before its start
+    (Delta Spark's ``DELTA_INVALID_CDC_RANGE``), or a timestamp after the latest commit."""
+
+
+class ChangeDataNotRecordedError(DeltaError):
+    """A version in a change read removed or rewrote rows while the table did not record change data
+    (``delta.enableChangeDataFeed`` was off): which rows changed cannot be told from the log."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class IncompatibleSchemaChangeError(DeltaError):
+    """A change read crosses a schema change that rows written before it cannot follow (a column renamed
+    or dropped, made NOT NULL, a type changed other than widened): they cannot be read in the end version's
+    schema. Delta Spark's ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE``; read the two sides of the
+    change separately."""
+
+    def __init__(self, message: str, *, version: int, column: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.column = column
+
+
+class RowsChangedError(DeltaError):
+    """A read of the rows a range of versions appended met a version that removed or rewrote rows."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class DataFileNotFoundError(DeltaError):
+    """A data or change data file the log names is gone from storage (VACUUM deleted it): the version that
+    needs it can no longer be read."""
+
+    def __init__(self, message: str, *, path: str, version: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.version = version
+
+
 class UnsupportedFeatureError(DeltaError):
     """The table needs a protocol version or table feature this implementation does not support."""
 

@@ -138,7 +138,7 @@ class Scan:
         def read(task: FileTask) -> list[pa.RecordBatch]:
             return list(read_data_file(task, self.spec, store.fs, store.root))
 
-        for batches in _ordered(self.tasks(), read, self.read_ahead):
+        for batches in ordered(self.tasks(), read, self.read_ahead):
             for batch in batches:
                 yield batch if batch.schema == schema else batch.cast(schema)
 
@@ -162,7 +162,7 @@ def _resolve(name: str, by_lower: dict[str, str], where: str, context: Any = Non
     return found
 
 
-def _ordered(items: Iterable[Any], work: Any, window: int) -> Iterator[Any]:
+def ordered(items: Iterable[Any], work: Any, window: int) -> Iterator[Any]:
     """``work(item)`` for each item in threads, results in order, at most ``window`` started and unread.
 
     A consumer that stops early (closes the generator) cancels what has not started; what is running ends

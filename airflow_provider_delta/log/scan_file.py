@@ -25,11 +25,12 @@ from .actions import Metadata, Protocol
 from .deletion_vectors import deleted_rows
 from .errors import UnsupportedFeatureError
 from .evaluate import predicate_mask
-from .expressions import Expr
+from .expressions import Expr, as_expr
 from .partition_values import parse_partition_value
 from .physical_columns import find_field, logical_type, resolve_column
 from .row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID, is_enabled
-from .schema import physical_name
+from .schema import column_mapping_mode, physical_name
+from .sql_parser import parse
 
 METADATA_FIELDS = {
     "file_path": pa.string(), "row_index": pa.int64(), "row_id": pa.int64(), "row_commit_version": pa.int64(),
@@ -85,15 +86,47 @@ class ReadSpec:
         return pa.schema(fields)
 
 
+def read_spec_of(
+    metadata: Metadata,
+    columns: Sequence[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    filter: Any = None,
+) -> ReadSpec:
+    """The spec that reads ``columns`` (all, by default, in table order; logical names as the schema
+    spells them) of a table with ``metadata``, rows where ``filter`` (SQL text, DNF tuples or a
+    ``pyarrow.compute.Expression``, as ``Scan`` takes) holds: what readers that plan their own files
+    (change reads) hand ``read_data_file``."""
+    schema = metadata.schema
+    names = tuple(columns) if columns is not None else tuple(f["name"] for f in schema["fields"])
+    by_lower = {f["name"].lower(): f["name"] for f in schema["fields"]}
+    arrow_filter = filter if isinstance(filter, pc.Expression) else None
+    expr = parse(filter) if isinstance(filter, str) else as_expr(filter)
+    needed = [by_lower.get(str(c[0]).lower(), c[0]) for c in (expr.columns() if expr is not None else ())]
+    filter = None if arrow_filter is not None else expr
+    config = metadata.configuration
+    return ReadSpec(
+        schema=schema, mode=column_mapping_mode(config), partition_columns=tuple(metadata.partition_columns),
+        columns=names, read_columns=(*names, *(c for c in dict.fromkeys(needed) if c not in names)),
+        filter=filter, arrow_filter=arrow_filter, row_id_column=config.get(ROW_ID_COLUMN),
+        row_version_column=config.get(ROW_VERSION_COLUMN), storage_options=dict(storage_options or {}),
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class FileTask:
-    """One live ``add``: what reading it needs from the log."""
+    """One file to read: what reading it needs from the log.
+
+    ``deletion_vector`` marks the rows not read. ``selected_rows``, a deletion vector too, restricts the
+    read to the rows it marks (less those of ``deletion_vector``): a change read reads, of a file whose
+    vector grew, only the rows the new vector added ("Deletion Vectors" seen as changes).
+    """
 
     path: str
     partition_values: dict[str, str | None]
     deletion_vector: dict[str, Any] | None = None
     base_row_id: int | None = None
     default_row_commit_version: int | None = None
+    selected_rows: dict[str, Any] | None = None
 
 
 def open_data_file(path: str, fs: Any, root: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
@@ -109,6 +142,11 @@ def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterat
     deleted = None
     if task.deletion_vector is not None:
         deleted = deleted_rows(task.deletion_vector, root, fs, data_file=task.path)
+    selected = None
+    if task.selected_rows is not None:
+        selected = deleted_rows(task.selected_rows, root, fs, data_file=task.path)
+        if deleted is not None:
+            selected, deleted = np.setdiff1d(selected, deleted, assume_unique=True), None
     local = "file" in (file_fs.protocol if isinstance(file_fs.protocol, tuple) else (file_fs.protocol,))
     source = path if local else file_fs.open(path, "rb")
     try:
@@ -126,6 +164,8 @@ def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterat
             batch = _logical_batch(data, n, first_row, wanted, file_fields, task, spec)
             if deleted is not None:
                 batch = _drop_deleted(batch, deleted, first_row)
+            if selected is not None:
+                batch = _keep_selected(batch, selected, first_row)
             first_row += n
             batch = _filtered(batch, spec)
             if batch.num_rows:
@@ -212,6 +252,15 @@ def _drop_deleted(batch: pa.RecordBatch, deleted: np.ndarray, first_row: int) ->
         return batch
     keep = np.ones(n, dtype=bool)
     keep[local] = False
+    return batch.filter(pa.array(keep))
+
+
+def _keep_selected(batch: pa.RecordBatch, selected: np.ndarray, first_row: int) -> pa.RecordBatch:
+    """Keep only rows whose file row index (``first_row`` + position) is in ``selected``."""
+    n = batch.num_rows
+    local = selected[(selected >= first_row) & (selected < first_row + n)].astype(np.int64) - first_row
+    keep = np.zeros(n, dtype=bool)
+    keep[local] = True
     return batch.filter(pa.array(keep))
 
 

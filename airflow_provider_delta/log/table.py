@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from .actions import AddFile
 from .arguments import bool_arg, int_arg, str_arg, str_map_arg
+from .changes import Bound, Changes, read_changes
 from .checkpoint import write_checkpoint
 from .cleanup import cleanup_expired_logs
 from .creation import initial_actions
@@ -163,6 +164,25 @@ class DeltaTable(TableContext):
         """The rows of a version (latest by default) as a :class:`~.scan.Scan`: ``to_table()``,
         ``to_reader()`` (streamed in bounded memory), ``to_batches()``."""
         return Scan(self.snapshot(version, timestamp), columns, filter, **options)
+
+    def changes(
+        self,
+        start: Bound | None = None,
+        end: Bound | None = None,
+        *,
+        starting_timestamp: int | float | str | datetime | None = None,
+        ending_timestamp: int | float | str | datetime | None = None,
+        **options: Any,
+    ) -> Changes:
+        """What versions ``start``..``end`` changed (``end``: the latest by default), from their commits
+        alone: per version ``versions[i]`` (timestamp, operation, adds, removes, cdc as Arrow), and the
+        changed rows with ``_change_type``, ``_commit_version``, ``_commit_timestamp`` as Delta Spark's
+        ``table_changes`` reads them (``to_table()``, ``to_reader()``). A bound is a version (an int) or a
+        timestamp (aware ``datetime`` or ISO-8601 text); ``starting_timestamp`` / ``ending_timestamp``
+        take any timestamp ``snapshot(timestamp=)`` takes, ms since the epoch too, in place of ``start`` /
+        ``end``. See ``changes.read_changes`` (``columns=``, ``filter=``)."""
+        return read_changes(self.store, start, end, starting_timestamp=starting_timestamp,
+                            ending_timestamp=ending_timestamp, **options)  # fmt: skip
 
     def to_pyarrow_table(
         self, columns: list[str] | None = None, filter: Any = None, **options: Any

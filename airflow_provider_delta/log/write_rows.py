@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from .actions import AddFile
 from .data_files import ROW_GROUP_BYTES, ROW_GROUP_ROWS, DataFileWriter, data_file_name, partition_dir
-from .errors import CommitOutcomeUnknownError, TableNotFoundError
+from .errors import CommitOutcomeUnknownError, ConcurrentTransactionError, TableNotFoundError
 from .evaluate import predicate_mask
 from .identity import IdentityValues, columns_to_generate
 from .partition_values import serialize_partition_value, typed_partition_values
@@ -87,6 +87,7 @@ def write_rows(
     app_version: int | None = None,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     configuration: dict[str, str] | None = None,
+    expect_app_version: int | None = None,
 ) -> CommitResult:
     """Write ``data`` to ``table`` (a ``DeltaTable`` handle) as one commit; the first write creates it.
 
@@ -100,6 +101,10 @@ def write_rows(
     :param target_file_size: bytes after which a data file is closed and the next one started.
     :param configuration: table properties when the write creates the table; for an existing table only
         ``delta.feature.<name>: supported``, to add a feature the data needs (e.g. ``timestampNtz``).
+    :param expect_app_version: the version of ``app_id`` the rows were computed from (-1: none yet), for a
+        consumer of changes whose progress is ``app_id``: when the table holds another (a concurrent run
+        moved it), the write is refused with ``ConcurrentTransactionError`` rather than counting a range
+        twice. The transaction then refuses any concurrent commit of ``app_id`` after this snapshot too.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -117,6 +122,14 @@ def write_rows(
         log.info("%s already holds app transaction %s version %s (table version %d): nothing written",
                  table.uri, app_id, app_version, holder)  # fmt: skip
         return CommitResult(holder, already_committed=True, attempts=0)
+    if expect_app_version is not None:
+        held = -1 if snap is None or app_id is None else snap.app_transactions.get(app_id, -1)
+        if held != int(expect_app_version):
+            raise ConcurrentTransactionError(
+                f"{table.uri} holds app transaction {app_id!r} at {held}, not {expect_app_version} as when "
+                "the rows were computed: another run moved it; read again from its new version",
+                winning_version=-1 if snap is None else snap.version, winning_operation=None,
+            )
     reader = as_reader(data)
     plan = plan_write(snap, reader.schema, partition_by=partition_by, schema_mode=schema_mode,
                       overwrite=mode == "overwrite", configuration=configuration,

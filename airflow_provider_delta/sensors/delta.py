@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 # Task state store key (not XCom: Airflow clears a task's XComs at the start of every try and every
 # reschedule, so a baseline kept there would move and the sensor would miss the change it waits for).
 BASELINE_KEY = "delta_baseline_version"
+# XCom key of the version range the sensor saw: {"table_uri", "from_version", "to_version"}; from_version is
+# the first version after the baseline (None when waiting for a version or an app transaction).
+CHANGE_RANGE_KEY = "change_range"
 
 
 def _as_int(value: int | str | None) -> int | None:
@@ -35,7 +38,9 @@ class DeltaVersionSensor(BaseSensorOperator):
     Set one of ``min_version``, ``app_id`` (with ``app_version``); with neither, the sensor waits for any
     version newer than ``baseline_version`` (default: the version when the sensor first looked, kept in
     the task state store across retries and reschedules, forgotten on success so that a cleared sensor
-    waits for a new change). Returns (and pushes to XCom) the version observed.
+    waits for a new change). Returns (and pushes to XCom) the version observed, and pushes the range it
+    saw under ``change_range`` (``{"table_uri", "from_version", "to_version"}``) for a downstream task to
+    read with ``DeltaHook.consume_changes``.
 
     :param table_uri: the table root, e.g. ``s3://bucket/path`` or ``/data/table``. Templated.
     :param delta_conn_id: connection for the table's storage (``None``: no credentials).
@@ -106,6 +111,17 @@ class DeltaVersionSensor(BaseSensorOperator):
         return version
 
     def _done(self, context: Context, version: int) -> int:
+        first = None
+        if not self.app_id and self.min_version in (None, ""):
+            baseline = _as_int(self.baseline_version)
+            if baseline is None:
+                stored = context["task_state_store"].get(BASELINE_KEY)
+                baseline = None if stored is None else int(stored)
+            first = None if baseline is None else baseline + 1
+        context["ti"].xcom_push(
+            key=CHANGE_RANGE_KEY,
+            value={"table_uri": self.table_uri, "from_version": first, "to_version": int(version)},
+        )
         if self._uses_default_baseline():
             context["task_state_store"].delete(BASELINE_KEY)
         return version

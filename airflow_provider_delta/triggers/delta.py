@@ -81,7 +81,12 @@ class DeltaVersionTrigger(BaseTrigger):
             while True:
                 seen = await asyncio.to_thread(observe, table, self.condition, cursor)
                 if seen.satisfied:
-                    yield TriggerEvent({"status": "success", "version": seen.version})
+                    newer_than = self.condition.newer_than
+                    yield TriggerEvent({
+                        "status": "success", "version": seen.version, "table_uri": self.table_uri,
+                        "from_version": None if newer_than is None else newer_than + 1,
+                        "to_version": seen.version,
+                    })  # fmt: skip
                     return
                 cursor = seen.cursor
                 await asyncio.sleep(self.poke_interval)
@@ -157,7 +162,10 @@ class DeltaTableWatcherTrigger(BaseEventTrigger):
                 await self._save_cursor(seen.cursor)
             if seen.satisfied:
                 self.log.info("Delta table %s reached version %d", self.table_uri, seen.version)
-                yield TriggerEvent({"table_uri": self.table_uri, "version": seen.version, "previous": cursor})
+                # The range this event hands on (from, to, table): what a consumer reads with
+                # DeltaHook.consume_changes (it resumes from its own recorded progress, so none is skipped).
+                yield TriggerEvent({"table_uri": self.table_uri, "version": seen.version, "previous": cursor,
+                                    "from_version": cursor + 1, "to_version": seen.version})  # fmt: skip
             if seen.cursor != cursor:
                 cursor = seen.cursor
                 condition = VersionCondition(newer_than=cursor, data_changes_only=self.data_changes_only)

@@ -34,6 +34,8 @@ DAG_IDS = {
     "delta_spark_pipeline",
     "delta_spark_merge",
     "delta_rows",
+    "delta_changes_upstream",
+    "delta_changes_downstream",
 }
 DAYS = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
 
@@ -152,6 +154,35 @@ def test_rows_dag_writes_each_day_once_and_checks_it_with_a_filtered_read(exampl
     }
     theirs = deltalake.DeltaTable(table).to_pyarrow_table()
     assert theirs.num_rows == sum(len(rows.payload(d.date())) for d in DAYS[:2])
+
+
+def _per_customer(rows: pa.Table) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in rows.select(["customer", "amount"]).to_pylist():
+        out[r["customer"]] = round(out.get(r["customer"], 0.0) + r["amount"], 6)
+    return out
+
+
+def test_changes_pair_aggregates_only_the_new_changes_exactly_once(examples, tmp_path: Path):
+    upstream, downstream = examples("delta_changes_upstream"), examples("delta_changes_downstream")
+    orders, totals = str(tmp_path / "tables" / "orders_feed"), str(tmp_path / "tables" / "order_totals")
+    _test(upstream, DAYS[0])
+    first = _xcom(_test(downstream, DAYS[0]), "aggregate")
+    assert first["start"] == 0 and first["rows"] == 5 and not first["already_committed"]
+    _test(upstream, DAYS[1])  # 5 new orders, 2 corrected: 5 inserts, 2 pre- and 2 post-images
+    second = _xcom(_test(downstream, DAYS[1]), "aggregate")
+    assert (second["start"], second["rows"]) == (first["end"] + 1, 9)
+    again = _xcom(_test(downstream, DAYS[1]), "aggregate")  # a clear: nothing new, nothing committed
+    assert again["rows"] == 0 and again["start"] > again["end"]
+    _test(upstream, DAYS[1])  # a re-run of the upstream day commits nothing either
+    assert DeltaTable(totals).version() == second["committed_version"]
+    corrections = DeltaTable(orders).changes(second["start"]).versions[-1]
+    assert corrections.operation == "MERGE" and corrections.cdc.num_rows == 1
+    # The totals, summed per customer, are the orders' amounts per customer: every change counted once.
+    assert _per_customer(deltalake.DeltaTable(totals).to_pyarrow_table()) == _per_customer(
+        DeltaTable(orders).scan().to_table())  # deletion vectors: deltalake cannot read orders_feed
+    progress = DeltaTable(totals).snapshot().app_transactions
+    assert progress == {"delta_changes_downstream/aggregate": second["end"]}
 
 
 def test_maintenance_maps_over_the_tables_variable(examples, tmp_path: Path, monkeypatch):

@@ -104,7 +104,8 @@ def test_version_trigger_fires_once_at_the_version(tmp_path: Path, checks: Check
         return [event]
 
     [event] = asyncio.run(scenario())
-    assert event.payload == {"status": "success", "version": 2}
+    assert event.payload == {"status": "success", "version": 2, "table_uri": str(tmp_path / "t"),
+                             "from_version": None, "to_version": 2}  # fmt: skip
 
 
 def test_version_trigger_stays_quiet_until_the_condition_holds(tmp_path: Path, checks: Checks):
@@ -126,7 +127,8 @@ def test_version_trigger_stays_quiet_until_the_condition_holds(tmp_path: Path, c
         return quiet, await asyncio.wait_for(first, WAIT)
 
     quiet, event = asyncio.run(scenario())
-    assert quiet and event.payload == {"status": "success", "version": 3}
+    assert quiet and event.payload == {"status": "success", "version": 3, "table_uri": str(tmp_path / "t"),
+                                       "from_version": 2, "to_version": 3}  # the range it saw  # fmt: skip
 
 
 def test_version_trigger_reports_errors_as_an_event(tmp_path: Path):
@@ -150,7 +152,9 @@ def test_version_trigger_serialize_round_trip(tmp_path: Path):
         return await asyncio.wait_for(anext(t.run()), WAIT)
 
     assert asyncio.run(first_event(rebuilt)).payload == asyncio.run(first_event(trigger)).payload
-    assert asyncio.run(first_event(rebuilt)).payload == {"status": "success", "version": 1}
+    expected = {"status": "success", "version": 1, "to_version": 1, "table_uri": str(tmp_path / "t"),
+                "from_version": None}  # fmt: skip
+    assert asyncio.run(first_event(rebuilt)).payload == expected
 
 
 # -- DeltaTableWatcherTrigger ------------------------------------------------------------------------------
@@ -214,6 +218,8 @@ def test_watcher_announces_each_new_data_version_once_and_survives_restarts(tmp_
             "table_uri": str(root),
             "version": 3,
             "previous": 2,
+            "from_version": 3,
+            "to_version": 3,
         }
         assert store.cursors() == {"orders": 3}  # written before the event was emitted
 
@@ -229,7 +235,8 @@ def test_watcher_announces_each_new_data_version_once_and_survives_restarts(tmp_
 
         append(table, "e")  # version 6 lands while no watcher runs
         restarted = watcher(root, store).run()
-        assert await next_event(restarted) == {"table_uri": str(root), "version": 6, "previous": 5}
+        assert await next_event(restarted) == {
+            "table_uri": str(root), "version": 6, "previous": 5, "from_version": 6, "to_version": 6}
         await restarted.aclose()
 
         again = watcher(root, store).run()  # a restart with nothing new: quiet, then the next version

@@ -1,8 +1,8 @@
 """Z-order measured by Delta Spark itself, shared by the Spark and pyarrow OPTIMIZE oracle tests.
 
 A table of 2 partitions x 16 files whose x and y are random (every file spans both), one copy Z-ordered by
-us and one by Delta Spark's OPTIMIZE ZORDER at the same target size; Delta Spark's own data skipping then
-counts the files each layout reads for point and range queries on x and y.
+each of our engines and one by Delta Spark's OPTIMIZE ZORDER at the same target size; Delta Spark's own
+data skipping then counts the files each layout reads for point and range queries on x and y.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,26 +44,45 @@ def queries(seed: int = 11) -> list[str]:
     return out
 
 
-def zorder_against_delta_spark(
-    oracle: Oracle, scattered: Path, ours: Callable[[Path, int], Any], label: str
-) -> tuple[Any, Path, dict, dict]:
-    """Z-order a copy with ``ours(path, max_file_size)`` and another with Delta Spark; check that Delta
-    Spark's data skipping reads no more of our files than of its own, and skips at least the same share.
-    Returns ``ours``'s metrics, our copy and the files read before and after (ours)."""
-    mine = copy_table(scattered, f"zorder-{label}-ours")
-    theirs = copy_table(scattered, f"zorder-{label}-theirs")
+@dataclass
+class DeltaZorder:
+    """Delta Spark's Z-order of a scattered table and what its data skipping reads, before and after: made
+    once per module, then each of our engines is measured against it."""
+
+    scattered: Path
+    theirs: Path
+    max_file_size: int
+    before: dict
+    delta_read: dict
+
+
+def delta_spark_zorder(oracle: Oracle, scattered: Path) -> DeltaZorder:
+    """Z-order a copy with Delta Spark's OPTIMIZE ZORDER at a target size of about 8 files per partition,
+    and count the files its data skipping reads per query, before and after."""
+    theirs = copy_table(scattered, "zorder-theirs")
     partition_bytes = sum(f.stat().st_size for f in (scattered / "part=a").glob("*.parquet"))
-    max_file_size = partition_bytes // 8  # about 8 files per partition, as many for both
-    metrics = ours(mine, max_file_size)
+    max_file_size = partition_bytes // 8
     key = "spark.databricks.delta.optimize.maxFileSize"
     oracle.call("conf", {key: str(max_file_size)})
     try:
         oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
     finally:
         oracle.call("conf", {key: None})
+    before, delta_read = (oracle.call("files_read", str(p), queries()) for p in (scattered, theirs))
+    return DeltaZorder(scattered, theirs, max_file_size, before, delta_read)
+
+
+def zorder_against_delta_spark(
+    oracle: Oracle, reference: DeltaZorder, ours: Callable[[Path, int], Any], label: str
+) -> tuple[Any, Path, dict, dict]:
+    """Z-order a copy with ``ours(path, max_file_size)``; check that Delta Spark's data skipping reads no
+    more of our files than of its own (``reference``), and skips at least the same share.
+    Returns ``ours``'s metrics, our copy and the files read before and after (ours)."""
+    mine = copy_table(reference.scattered, f"zorder-{label}-ours")
+    metrics = ours(mine, reference.max_file_size)
     asked = queries()
-    before, ours_read, delta_read = (oracle.call("files_read", str(p), asked)
-                                     for p in (scattered, mine, theirs))  # fmt: skip
+    before, delta_read = reference.before, reference.delta_read
+    ours_read = oracle.call("files_read", str(mine), asked)
     skipped = {name: sum(r["total"] - n for n in r["read"])
                for name, r in (("before", before), ("ours", ours_read), ("delta", delta_read))}  # fmt: skip
     print(f"{label} Z-order over {len(asked)} queries: files {before['total']} -> ours {ours_read['total']}, "
@@ -74,5 +94,5 @@ def zorder_against_delta_spark(
     share = {name: skipped[name] / r["total"] for name, r in (("ours", ours_read), ("delta", delta_read))}
     assert share["ours"] >= share["delta"], (ours_read, delta_read)
     assert sum(ours_read["read"]) <= sum(delta_read["read"]), (ours_read, delta_read)
-    assert oracle.call("rows", str(mine)) == oracle.call("rows", str(scattered))
+    assert oracle.call("rows", str(mine)) == oracle.call("rows", str(reference.scattered))
     return metrics, mine, before, ours_read

@@ -27,6 +27,9 @@ spark: Any = None  # the Delta-enabled session, built by main()
 _jobs: dict[int, threading.Thread] = {}
 _results: dict[int, dict[str, Any]] = {}
 API: dict[str, Callable[..., Any]] = {}  # what a request may call, by name
+# Session settings as they were before ``conf`` first changed them (None: unset), so that ``reset`` can hand
+# the session to the next test module as it started.
+_conf_before: dict[str, str | None] = {}
 
 
 def api(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -440,10 +443,33 @@ def write(path: str, query: str, mode: str = "append", options: dict[str, str] |
 def conf(settings: dict[str, str | None]) -> None:
     """Set (or, with None, unset) session configuration."""
     for key, value in settings.items():
+        if key not in _conf_before:
+            _conf_before[key] = spark.conf.get(key, None)
         if value is None:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, value)
+
+
+@api
+def reset() -> list[str]:
+    """Undo what the last test module changed (one session serves the modules of a test worker in turn):
+    settings back to their values at start, cached tables dropped, no job left running. Returns the keys
+    it restored."""
+    busy = [job for job, thread in _jobs.items() if thread.is_alive()]
+    if busy:
+        raise RuntimeError(f"jobs {busy} still run: the session cannot be handed on")
+    restored = sorted(_conf_before)
+    for key, value in _conf_before.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+    _conf_before.clear()
+    _jobs.clear()
+    _results.clear()
+    spark.catalog.clearCache()
+    return restored
 
 
 # -- the loop -------------------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.deletion_vectors import deleted_rows
 from airflow_provider_delta.log.schema import column_mapping_mode, physical_name
 
-ORACLE_LOGSTORE = "io.github.airflowproviderdelta.oracle.LinkLocalLogStore"
 LOCAL = fsspec.filesystem("file")
 DEFAULTS = {
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",

@@ -1,18 +1,26 @@
-"""CHECK constraints, NOT NULL and generated columns defined through Delta Spark: our Spark writer rejects
-exactly the rows Delta Spark rejects, and computes the generated values Delta Spark computes.
+"""CHECK constraints, NOT NULL and generated columns defined through Delta Spark: our Spark writer and our
+Arrow writer reject exactly the rows Delta Spark rejects, and compute the generated values Delta Spark
+computes.
 
 Seeded candidate rows (nulls, boundaries, wrong generated values) are inserted one by one with Delta Spark,
-which accepts or rejects each; our writer must then refuse each rejected row on its own, naming the rule
-Delta Spark named, and write all the accepted rows in one go. Both tables then hold the same rows.
+which accepts or rejects each (once for the module: the verdicts are the costly part); each of our writers
+must then refuse each rejected row on its own, naming the rule Delta Spark named, and write all the
+accepted rows in one go. Both tables then hold the same rows.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
+from dataclasses import dataclass
+from typing import Any
 
+import pyarrow as pa
 import pytest
 from oracle_compare import Mismatches, compare_step
 
+from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log import write as write_rows
 from airflow_provider_delta.spark import ConstraintViolationError, write
 
 DDL = """(id INT NOT NULL, v INT, s STRING, ts TIMESTAMP,
@@ -82,20 +90,36 @@ def _rule_named(message: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("seed", [11])
-def test_our_writer_rejects_exactly_what_delta_spark_rejects(seed, oracle, spark, tmp_path):
-    rng = random.Random(seed)
-    m = Mismatches(f"constraints, seed {seed}")
-    theirs, ours = str(tmp_path / "delta"), str(tmp_path / "ours")
+SEED = 11
+
+
+@dataclass
+class Verdicts:
+    """Delta Spark's table after the candidate inserts, the candidates, and each insert's outcome."""
+
+    theirs: str
+    rows: list[dict[str, str]]
+    outcomes: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def verdicts(oracle, tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
+    print(f"seed {SEED}")
+    theirs = str(tmp_path_factory.mktemp("constraints") / "delta")
     _create(oracle, theirs)
-    _create(oracle, ours)
-    rows = _candidates(rng, 32)
+    rows = _candidates(random.Random(SEED), 32)
     inserts = [
         f"INSERT INTO delta.`{theirs}` ({', '.join(r)}) VALUES ({', '.join(r.values())})" for r in rows
     ]
-    verdicts = oracle.call("sql_each", inserts, "row")
+    return Verdicts(theirs, rows, oracle.call("sql_each", inserts, "row"))
+
+
+def test_our_writer_rejects_exactly_what_delta_spark_rejects(verdicts, oracle, spark, tmp_path):
+    m = Mismatches(f"constraints, seed {SEED}")
+    ours = str(tmp_path / "ours")
+    _create(oracle, ours)
     accepted: dict[tuple[str, ...], list[str]] = {}
-    for row, verdict in zip(rows, verdicts, strict=True):
+    for row, verdict in zip(verdicts.rows, verdicts.outcomes, strict=True):
         select = "SELECT " + ", ".join(f"{value} AS {col}" for col, value in row.items())
         if verdict["ok"]:
             accepted.setdefault(tuple(row), []).append(select)
@@ -112,11 +136,73 @@ def test_our_writer_rejects_exactly_what_delta_spark_rejects(seed, oracle, spark
                 m.add(f"{row}: Delta Spark names {named}; ours {sorted(exc.violations)}")
     for selects in accepted.values():  # one write per column set (with or without generated columns)
         write(_typed(spark, " UNION ALL ".join(selects)), ours)
-    m.diff("final tables", "rows", oracle.call("rows", theirs), oracle.call("rows", ours))
+    m.diff("final tables", "rows", oracle.call("rows", verdicts.theirs), oracle.call("rows", ours))
     compare_step(m, oracle, spark, ours, oracle.call("snapshot", ours)["version"], "our writes")
-    rejected = sum(not v["ok"] for v in verdicts)
-    print(f"constraints: {len(rows)} rows, {rejected} rejected by Delta Spark, {len(m.found)} mismatch(es)")
+    rejected = sum(not v["ok"] for v in verdicts.outcomes)
+    print(f"constraints: {len(verdicts.rows)} rows, {rejected} rejected by Delta Spark, {len(m.found)} "
+          "mismatch(es)")  # fmt: skip
     m.check()
+
+
+ARROW_TYPES = {
+    "id": pa.int32(),
+    "v": pa.int32(),
+    "s": pa.string(),
+    "ts": pa.timestamp("us", "UTC"),
+    "g": pa.int32(),
+    "day": pa.date32(),
+    "part": pa.string(),
+}
+
+
+def _arrow(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, pa.schema([(c, ARROW_TYPES[c]) for c in rows[0]]))
+
+
+def test_our_arrow_writer_rejects_exactly_what_delta_spark_rejects(verdicts, oracle, tmp_path):
+    m = Mismatches(f"Arrow writer constraints, seed {SEED}")
+    ours = str(tmp_path / "ours")
+    _create(oracle, ours)
+    accepted: dict[tuple[str, ...], list[dict]] = {}
+    for row, verdict in zip(verdicts.rows, verdicts.outcomes, strict=True):
+        values = _python_row(row)
+        if verdict["ok"]:
+            accepted.setdefault(tuple(row), []).append(values)
+            continue
+        named = _rule_named(verdict["message"])
+        if named is None:
+            m.add(f"Delta Spark rejected {row} for an unexpected reason: {verdict['message'][:200]}")
+            continue
+        before = DeltaTable(ours).version()
+        try:
+            write_rows(ours, _arrow([values]))
+            m.add(f"Delta Spark rejects {row} ({named}); our Arrow writer wrote it")
+        except ConstraintViolationError as exc:
+            if named not in exc.violations:
+                m.add(f"{row}: Delta Spark names {named}; ours {sorted(exc.violations)}")
+        if DeltaTable(ours).version() != before:
+            m.add(f"{row}: a refused write committed")
+    for group in accepted.values():
+        write_rows(ours, _arrow(group))
+    m.diff("final tables", "rows", oracle.call("rows", verdicts.theirs), oracle.call("rows", ours))
+    m.check()
+
+
+def _python_row(row: dict[str, str]) -> dict:
+    """A candidate row's SQL literals as Python values."""
+    out: dict[str, Any] = {}
+    for col, text in row.items():
+        if text == "NULL":
+            out[col] = None
+        elif text.startswith("TIMESTAMP'"):
+            out[col] = dt.datetime.fromisoformat(text[10:-1]).replace(tzinfo=dt.UTC)
+        elif text.startswith("DATE'"):
+            out[col] = dt.date.fromisoformat(text[5:-1])
+        elif text.startswith("'"):
+            out[col] = text[1:-1]
+        else:
+            out[col] = int(text)
+    return out
 
 
 def _typed(spark, select: str):

@@ -40,7 +40,6 @@ from airflow_provider_delta.log.row_tracking import high_water_mark
 from airflow_provider_delta.log.schema import delta_schema_to_arrow
 from airflow_provider_delta.log.variant import VARIANT, from_python
 
-ORACLE_LOGSTORE = "io.github.airflowproviderdelta.oracle.LinkLocalLogStore"
 DEFAULTS = "spark.databricks.delta.properties.defaults."
 IDENTITY = "id BIGINT GENERATED ALWAYS AS IDENTITY (START WITH 10 INCREMENT BY 5)"
 SHREDDING = {"spark.sql.variant.writeShredding.enabled": "true",

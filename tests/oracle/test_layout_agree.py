@@ -5,8 +5,6 @@ the table is copied twice; our core restores one copy, Delta Spark the other, to
 must then hold the same live files, protocol, metadata and domains, record the same RESTORE metrics, and
 Delta Spark must read the same rows from both and go on writing ours. When VACUUM deleted files the target
 needs, both refuse, naming the same files.
-
-One Delta Spark session serves the module.
 """
 
 from __future__ import annotations
@@ -20,7 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 from oracle_client import Oracle, OracleError
 from oracle_compare import Mismatches, normalise, ours
-from oracle_zorder import ZORDER_ROWS, copy_table, make_scattered, zorder_against_delta_spark
+from oracle_zorder import (
+    ZORDER_ROWS,
+    DeltaZorder,
+    copy_table,
+    delta_spark_zorder,
+    make_scattered,
+    zorder_against_delta_spark,
+)
 
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.errors import RestoreMissingFilesError
@@ -121,13 +126,20 @@ def scattered(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_scattered(oracle, tmp_path_factory.mktemp("zorder") / "scattered")
 
 
-def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spark: Any, scattered: Path):
+@pytest.fixture(scope="module")
+def delta_zorder(oracle: Oracle, scattered: Path) -> DeltaZorder:
+    """Delta Spark's OPTIMIZE ZORDER of the scattered table, measured once for both of our engines."""
+    return delta_spark_zorder(oracle, scattered)
+
+
+def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spark: Any,
+                                                             delta_zorder: DeltaZorder):  # fmt: skip
     from airflow_provider_delta.spark.optimize import optimize as spark_optimize
 
     def ours(path: Path, max_file_size: int) -> Any:
         return spark_optimize(spark, str(path), zorder_by=["x", "y"], max_file_size=max_file_size)
 
-    metrics, mine, before, _ = zorder_against_delta_spark(oracle, scattered, ours, "spark")
+    metrics, mine, before, _ = zorder_against_delta_spark(oracle, delta_zorder, ours, "spark")
     assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
     info = oracle.call("history", str(mine))[0]
     assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'
@@ -137,6 +149,17 @@ def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spa
     rows = oracle.call("rows", str(mine))
     assert len(rows) == ZORDER_ROWS + 1 and json.dumps({"id": -1, "x": 5, "y": 5, "part": "a"},
                                                        separators=(",", ":")) in rows  # fmt: skip
+
+
+def test_pyarrow_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle,
+                                                                     delta_zorder: DeltaZorder):  # fmt: skip
+    def ours(path: Path, max_file_size: int) -> Any:
+        return DeltaTable(str(path)).optimize(zorder_by=["x", "y"], max_file_size=max_file_size)
+
+    metrics, mine, before, _ = zorder_against_delta_spark(oracle, delta_zorder, ours, "pyarrow")
+    assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
+    info = oracle.call("history", str(mine))[0]
+    assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'
 
 
 # -- conflicts: OPTIMIZE against concurrent appends, deletes, deletion vectors and more ---------------------

@@ -30,7 +30,6 @@ from oracle_compare import Mismatches, compare_step
 
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
 
-ORACLE_LOGSTORE = "io.github.airflowproviderdelta.oracle.LinkLocalLogStore"
 SCHEMA = pa.schema([("k", pa.int64()), ("part", pa.string())])
 _keys = itertools.count(1000)
 

@@ -2,15 +2,12 @@
 
 Row tracking kept: Delta Spark's ``_metadata.row_id`` and ``row_commit_version`` of every row are the same
 after our OPTIMIZE (pyarrow in the task, and on Spark; compaction and Z-order) as before, as they are after
-Delta Spark's own OPTIMIZE. Z-order with pyarrow: Delta Spark, querying by the Z-order columns, skips at
-least as many of our files as of the files its own OPTIMIZE ZORDER wrote (the Spark engine's twin of this
-is in ``test_layout_agree.py``).
+Delta Spark's own OPTIMIZE. (How well each engine's Z-order lets Delta Spark skip files is measured in
+``test_layout_agree.py``, against one OPTIMIZE ZORDER by Delta Spark.)
 
 Delta Spark writes the table: row tracking and deletion vectors on, appends in several commits, an UPDATE
 (which materializes row ids in the files it writes) and a DELETE (deletion vectors). The table is copied;
 each copy is optimized by one engine; Delta Spark then reads every copy and goes on writing to ours.
-
-One Delta Spark session serves the module.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from typing import Any
 
 import pytest
 from oracle_client import Oracle
-from oracle_zorder import copy_table, make_scattered, zorder_against_delta_spark
+from oracle_zorder import copy_table
 
 from airflow_provider_delta.log import DeltaTable
 
@@ -94,16 +91,3 @@ def test_delta_sparks_own_optimize_keeps_them_too(oracle: Oracle, tracked_table:
     before = _tracked(oracle, tracked_table)
     oracle.call("sql", f"OPTIMIZE delta.`{theirs}` ZORDER BY (x, y)")
     assert _tracked(oracle, theirs) == before
-
-
-# -- Z-order with pyarrow, measured by Delta Spark ----------------------------------------------------------
-def test_pyarrow_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, tmp_path: Path):
-    scattered = make_scattered(oracle, tmp_path / "scattered")
-
-    def ours(path: Path, max_file_size: int) -> Any:
-        return DeltaTable(str(path)).optimize(zorder_by=["x", "y"], max_file_size=max_file_size)
-
-    metrics, mine, before, _ = zorder_against_delta_spark(oracle, scattered, ours, "pyarrow")
-    assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
-    info = oracle.call("history", str(mine))[0]
-    assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'

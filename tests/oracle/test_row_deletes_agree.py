@@ -28,7 +28,6 @@ from airflow_provider_delta.log import ConcurrentAppendError, ConcurrentDeleteRe
 from airflow_provider_delta.log.deletion_vectors import deleted_rows
 from airflow_provider_delta.log.schema import column_mapping_mode, physical_name
 
-ORACLE_LOGSTORE = "io.github.airflowproviderdelta.oracle.LinkLocalLogStore"
 LOCAL = fsspec.filesystem("file")
 SEED = 1313
 DEFAULTS = {"spark.databricks.delta.properties.defaults.enableDeletionVectors": "true"}

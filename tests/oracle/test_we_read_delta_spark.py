@@ -4,14 +4,17 @@ Each seed builds a table with Delta Spark and runs a random sequence of its oper
 ``oracle_scenarios``). After every operation our core's snapshot of the new version (version, protocol,
 metadata, live files with their deletion vectors, app transactions, domain metadata, timestamp) must equal
 Delta Spark's own snapshot, and ``DESCRIBE DETAIL`` and ``inputFiles()`` must agree with it; the rows our
-Spark reader returns must equal Delta Spark's. At the end every version in the log is compared again (time
-travel by version), ``DESCRIBE HISTORY`` against ``history()``, and time travel by timestamp around every
-commit. A failure names the seed: rerun it with ``DELTA_ORACLE_SEEDS=<seed>``.
+Spark reader returns must equal Delta Spark's, and so must our Arrow scan's (whole, projected and
+filtered; at the end also through a partition filter and, on row-tracking tables, ``_metadata`` row ids).
+At the end every version in the log is compared again (time travel by version), ``DESCRIBE HISTORY``
+against ``history()``, and time travel by timestamp around every commit. A failure names the seed: rerun
+it with ``DELTA_ORACLE_SEEDS=<seed>``.
 """
 
 from __future__ import annotations
 
 import pytest
+from oracle_arrow import compare_scan, compare_scan_extras
 from oracle_compare import (
     Mismatches,
     compare_history,
@@ -27,9 +30,12 @@ from oracle_scenarios import Scenario, seeds
 def test_we_read_what_delta_spark_writes(seed: int, oracle, spark, tmp_path) -> None:
     scenario = Scenario(seed, str(tmp_path / "table"))
     m = Mismatches(str(scenario))
+    scanned: set[int] = set()
     for step, op, _ in scenario.steps(oracle):
         where = f"seed {seed} step {step} ({op}) v{scenario.version}"
         compare_step(m, oracle, spark, scenario.path, scenario.version, where)
+        compare_scan(m, oracle, scenario.path, scenario.version, where, tmp_path)
+        scanned.add(scenario.version)
         for what, delta, mine in scenario.checks:
             m.diff(where, what, delta, mine)
         scenario.checks.clear()
@@ -38,6 +44,12 @@ def test_we_read_what_delta_spark_writes(seed: int, oracle, spark, tmp_path) -> 
     with_data = [v for v in readable if v >= scenario.vacuumed]
     for v in scenario.rng.sample(with_data, min(3, len(with_data))):
         compare_rows(m, oracle, spark, scenario.path, v, where)
+    # Our scan by time travel: the versions no step left as the latest, and two more at random.
+    with_rows = range(max(scenario.floor, scenario.vacuumed), scenario.version + 1)
+    sampled = scenario.rng.sample(with_rows, min(2, len(with_rows)))
+    for v in [v for v in with_rows if v not in scanned] + sampled:
+        compare_scan(m, oracle, scenario.path, v, where, tmp_path)
+    compare_scan_extras(m, oracle, scenario, tmp_path)
     timestamps = compare_history(m, oracle, scenario.path, where)
     compare_time_travel(m, oracle, scenario.path, timestamps, where)
     print(f"seed {seed}: {len(scenario.ops)} operations, versions 0..{scenario.version} "
