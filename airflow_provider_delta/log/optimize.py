@@ -32,13 +32,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import row_tracking
 from .actions import AddFile
 from .data_files import ROW_GROUP_BYTES, DataFileWriter, data_file_name, partition_dir
 from .errors import CommitOutcomeUnknownError
 from .optimize_commit import BatchResult, OptimizeMetrics, commit_batch, summarize
 from .optimize_plan import Bin, OptimizePlan, plan_optimize
 from .physical_columns import to_physical
+from .row_tracking import materialized_columns as tracked_columns
 from .scan import Scan
 from .schema import column_mapping_mode, delta_schema_to_arrow, physical_name
 from .snapshot import Snapshot
@@ -123,8 +123,8 @@ def optimize(
 
 def materialized_columns(snapshot: Snapshot) -> tuple[str, str] | None:
     """The file columns rewritten rows keep their row ids and commit versions in (``row_tracking``)."""
-    return row_tracking.materialized_columns(snapshot.protocol, snapshot.metadata,
-                                             f"table {snapshot.store.uri}", "OPTIMIZE")  # fmt: skip
+    return tracked_columns(snapshot.protocol, snapshot.metadata,
+                           f"table {snapshot.store.uri}", "OPTIMIZE")  # fmt: skip
 
 
 # -- one bin --------------------------------------------------------------------------------------------

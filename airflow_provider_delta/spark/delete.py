@@ -32,12 +32,12 @@ from .row_changes import (
     files_where,
     num_records,
     only_partitions,
-    open_target,
     referenced,
     row_indexes,
     target_rows,
     write_rows,
 )
+from .target import open_target
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession

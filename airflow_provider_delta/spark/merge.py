@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.errors import MergeCardinalityError
 from airflow_provider_delta.log.identity import IdentityColumn
 
+from .merge_clause import Clause
 from .merge_evolution import evolve, generated_identity, named_assignments
 from .merge_pruning import join_columns, merge_files, not_broadcast, semi_joined
 from .row_changes import (
@@ -40,7 +40,6 @@ from .row_changes import (
     ROW_VERSION,
     Changes,
     RowChangeResult,
-    Target,
     already_committed,
     analysed,
     change_rows,
@@ -48,13 +47,13 @@ from .row_changes import (
     condition_text,
     files_named,
     num_records,
-    open_target,
     row_indexes,
     target_rows,
     tracking,
     write_rows,
 )
 from .schema import spark_schema_of
+from .target import Target, open_target
 from .write import identity_values_sql
 
 if TYPE_CHECKING:
@@ -62,17 +61,6 @@ if TYPE_CHECKING:
 
 MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE = "matched", "notMatched", "notMatchedBySource"
 _CLAUSE, _KIND, _T, _S = "__merge_clause", "__merge_kind", "__merge_target", "__merge_source"
-
-
-@dataclass(frozen=True)
-class Clause:
-    """One WHEN clause: when it applies (``MATCHED`` ...), what it does (``update``, ``delete``,
-    ``insert``), its condition, and its assignments (``None``: every column from the source's same name)."""
-
-    when: str
-    action: str
-    condition: str | Column | None = None
-    assignments: Mapping[str, str | Column] | None = None
 
 
 def merge(

@@ -41,8 +41,8 @@ from .schema import assign_column_mapping
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from .merge import Clause
-    from .row_changes import Target
+    from .merge_clause import Clause
+    from .target import Target
 
 TYPE_WIDENING = "typeWidening"
 ENABLE_TYPE_WIDENING = "delta.enableTypeWidening"

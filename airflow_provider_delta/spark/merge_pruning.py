@@ -28,8 +28,8 @@ from .schema import spark_schema_of
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from .merge import Clause
-    from .row_changes import Target
+    from .merge_clause import Clause
+    from .target import Target
 
 _INFLATION = 4  # rows in memory take several times their compressed Parquet bytes
 _RANGED = ("ByteType", "ShortType", "IntegerType", "LongType", "StringType", "DateType", "DecimalType")

@@ -32,7 +32,7 @@ from .schema import spark_schema_of
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from .row_changes import Target
+    from .target import Target
 
 NATIVE_READS = True  # tests switch it off to compare with the mapInArrow path on the same data
 _TYPES = frozenset(("long", "integer", "short", "byte", "double", "float", "boolean", "string", "date",

@@ -26,24 +26,19 @@ import re
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable, Transaction
-from airflow_provider_delta.log.change_data import CHANGE_TYPE, change_data_enabled
+from airflow_provider_delta.log.change_data import CHANGE_TYPE
 from airflow_provider_delta.log.errors import (
-    InvalidCommitError,
     InvalidConditionError,
 )
 from airflow_provider_delta.log.expressions import ColumnNotFoundError, Expr
 from airflow_provider_delta.log.partition_values import typed_partition_values
-from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
-from airflow_provider_delta.log.protocol import check_write_supported, writer_features
-from airflow_provider_delta.log.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS, delete_metrics
-from airflow_provider_delta.log.row_tracking import materialized_columns
+from airflow_provider_delta.log.row_deletion import delete_metrics
 from airflow_provider_delta.log.scan import Scan
 from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
 
@@ -52,12 +47,13 @@ from .data_files import WritePlan
 from .native_read import native_read_blocker, native_rows
 from .read import read_files
 from .schema import spark_schema_of
+from .target import Target
 from .write import write_table_files
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from airflow_provider_delta.log import Metadata, Snapshot
+    from airflow_provider_delta.log import Snapshot
 
 PATH = "__delta_file_path"  # the target row's file (as the log names it) and its row index in that file
 INDEX = "__delta_row_index"
@@ -74,70 +70,6 @@ class RowChangeResult:
     version: int | None
     metrics: dict[str, int] = field(default_factory=dict)
     already_committed: bool = False
-
-
-@dataclass
-class Target:
-    """The table a row-level operation changes, as read once at its start."""
-
-    table: DeltaTable
-    snap: Snapshot
-    storage_options: dict[str, Any]
-    operation: str
-    started: float = field(default_factory=time.monotonic)
-    # The metadata the operation writes under: the snapshot's, or a MERGE's evolved schema
-    # (``merge_evolution``), committed with the changes.
-    metadata: Metadata = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        if self.metadata is None:
-            self.metadata = self.snap.metadata
-
-    @property
-    def where(self) -> str:
-        return f"table {self.table.uri}"
-
-    @property
-    def deletion_vectors(self) -> bool:
-        """Whether changed rows are marked with deletion vectors (else their files are rewritten), as
-        Delta Spark decides: the table allows new vectors."""
-        config = self.snap.metadata.configuration
-        return bool_property(config, ENABLE_DELETION_VECTORS) and DELETION_VECTORS in writer_features(
-            self.snap.protocol
-        )
-
-    @property
-    def change_data(self) -> bool:
-        return change_data_enabled(self.snap.metadata)
-
-    @property
-    def columns(self) -> list[str]:
-        return [f["name"] for f in self.metadata.schema["fields"]]
-
-    @property
-    def evolved(self) -> bool:
-        return self.metadata is not self.snap.metadata
-
-    @cached_property
-    def kept(self) -> tuple[str, str] | None:
-        """Row tracking's materialized columns, on tables that enable it: rows written again keep their
-        row ids there (and, copied unchanged, their row commit versions); None otherwise."""
-        return materialized_columns(self.snap.protocol, self.snap.metadata, self.where, self.operation)
-
-
-def open_target(table_uri: str, storage_options: dict[str, Any] | None, operation: str) -> Target:
-    """The latest snapshot, checked writable by this client and not append-only (Delta Spark refuses
-    DELETE, UPDATE and MERGE on ``delta.appendOnly`` tables)."""
-    table = DeltaTable(table_uri, storage_options)
-    snap = table.snapshot()
-    where = f"table {table_uri}"
-    check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
-                          where=where)  # fmt: skip
-    if bool_property(snap.metadata.configuration, APPEND_ONLY):
-        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): {operation} is refused")
-    target = Target(table, snap, dict(storage_options or {}), operation)
-    _ = target.kept  # a tracked table without materialized column names is refused before any job
-    return target
 
 
 def already_committed(target: Target, app_id: str | None, app_version: int | None) -> RowChangeResult | None:

@@ -30,7 +30,6 @@ from .row_changes import (
     ROW_VERSION,
     Changes,
     RowChangeResult,
-    Target,
     already_committed,
     analysed,
     candidate_files,
@@ -39,7 +38,6 @@ from .row_changes import (
     condition_text,
     files_named,
     num_records,
-    open_target,
     referenced,
     row_indexes,
     target_rows,
@@ -47,6 +45,7 @@ from .row_changes import (
     write_rows,
 )
 from .schema import spark_schema_of
+from .target import Target, open_target
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
