@@ -27,7 +27,8 @@ def test_bad_clauses_are_refused_when_the_dag_is_parsed(clauses: list, message: 
 
 
 def test_clauses_become_the_builders_clauses_in_order():
-    from airflow_provider_delta.spark.merge import Clause, merge
+    from airflow_provider_delta.spark.merge import merge
+    from airflow_provider_delta.spark.merge_clause import Clause
 
     clauses = [*UPSERT, {"when": "matched", "then": "delete", "condition": "source.op = 'D'"},
                {"when": "not_matched_by_source", "then": "update", "set": {"live": "false"}}]  # fmt: skip

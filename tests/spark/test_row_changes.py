@@ -233,7 +233,7 @@ def test_merge_reads_only_files_the_source_keys_can_match(spark, tmp_path: Path)
     (and, without deletion vectors, rewritten); a key of another type, or a NOT MATCHED BY SOURCE clause,
     reads every file."""
     from airflow_provider_delta.spark.merge_pruning import merge_files
-    from airflow_provider_delta.spark.row_changes import open_target
+    from airflow_provider_delta.spark.target import open_target
 
     uri = str(tmp_path / "t")
     for lo in (0, 100, 200):
@@ -267,9 +267,9 @@ def test_merge_joins_read_only_the_columns_they_need(spark, tmp_path: Path):
     looks like a column reads one column too many), all of them with change data or Column expressions."""
     from pyspark.sql import functions as F
 
-    from airflow_provider_delta.spark.merge import Clause
+    from airflow_provider_delta.spark.merge_clause import Clause
     from airflow_provider_delta.spark.merge_pruning import join_columns
-    from airflow_provider_delta.spark.row_changes import open_target
+    from airflow_provider_delta.spark.target import open_target
 
     plain = open_target(_make(spark, tmp_path / "t", {}, None, n=10), None, "MERGE")
     cdf = open_target(_make(spark, tmp_path / "c", {"delta.enableChangeDataFeed": "true"}, None, n=10), None,
@@ -291,7 +291,7 @@ def test_each_merge_plan_gives_the_same_rows(spark, tmp_path: Path, dv: bool):
     or by ours; with broadcasts off, no semi join to the source's matches and the target hinted to a
     sort-merge join. Each gives the same rows and metrics."""
     from airflow_provider_delta.spark import native_read
-    from airflow_provider_delta.spark.row_changes import open_target
+    from airflow_provider_delta.spark.target import open_target
 
     results = {}
     for broadcast, native in ((True, True), (True, False), (False, True)):
