@@ -83,6 +83,12 @@ def main() -> None:
     say("delta_spark_pipeline: ingest on local Spark -> deferred sensor -> checkpoint + vacuum")
     for day in DAYS[:2]:
         run(bag.get_dag("delta_spark_pipeline"), day, spark_table)
+    customers = f"{os.environ['DELTA_EXAMPLE_ROOT'].rstrip('/')}/customers"
+    say("delta_spark_merge: the day's change batch -> MERGE into the customers dimension -> deferred sensor")
+    for day in DAYS[:2]:
+        run(bag.get_dag("delta_spark_merge"), day, customers)
+    say("delta_spark_merge again for a day already merged, as a retry or a clear would: nothing is merged")
+    run(bag.get_dag("delta_spark_merge"), DAYS[1], customers)
 
 
 if __name__ == "__main__":

@@ -143,16 +143,22 @@ class DeltaHook(BaseHook):
     def read_changes(
         self,
         uri: str,
-        start: Any,
+        start: Any = None,
         end: Any = None,
         columns: list[str] | None = None,
         filter: Any = None,
+        *,
+        starting_timestamp: Any = None,
+        ending_timestamp: Any = None,
     ) -> pa.Table:
         """The rows versions ``start``..``end`` (latest by default) changed, as Delta Spark's
         ``table_changes`` gives them: the table's columns and ``_change_type``, ``_commit_version``,
-        ``_commit_timestamp`` (``DeltaTable.changes``). Bounds are versions or timestamps; for a range a
+        ``_commit_timestamp`` (``DeltaTable.changes``). Bounds are versions or timestamps
+        (``starting_timestamp=`` / ``ending_timestamp=`` take ms since the epoch too); for a range a
         sensor or an asset event hands on, exactly once, see :meth:`consume_changes`."""
-        return self.get_table(uri).changes(start, end, columns=columns, filter=filter).to_table()
+        return self.get_table(uri).changes(start, end, starting_timestamp=starting_timestamp,
+                                           ending_timestamp=ending_timestamp, columns=columns,
+                                           filter=filter).to_table()  # fmt: skip
 
     def consume_changes(self, source_uri: str, app_id: str, process: Any, **options: Any) -> ConsumedChanges:
         """Read the changes of ``source_uri`` after this consumer's recorded progress up to a range handed

@@ -12,14 +12,19 @@ Arrow, and the changed rows as Delta Spark's ``table_changes`` reads them ("Chan
 - every row gets ``_change_type``, ``_commit_version`` and ``_commit_timestamp`` (the in-commit timestamp
   when the commit has one, else the commit file's modification time made monotone, as Delta Spark).
 
-Rows are read in the schema of the range's last version. What it costs is the range's commits, a listing
+Rows are read in the schema of the range's last version, as Delta Spark's default for column-mapping
+tables (``endVersion``; docs/howto/consume-changes.md says how tables without column mapping differ):
+rows written before an additive change (a column added, a type widened) read it as null or widened; a
+range crossing a non-additive one (a column renamed or dropped: ``schema_evolution``) is refused by name.
+Bounds are versions or timestamps (``change_range``). What it costs is the range's commits, a listing
 and the protocol and metadata at the start (``table_configuration``): never a replay of the table, so the
 last ten commits of a table with a million files cost about ten commits.
 
 Refused by name: an end before the start (``ChangeRangeError``), a version after the latest or whose
 commit log cleanup removed (``VersionNotFoundError``), a version that removed rows while the table did not
 record change data (``ChangeDataNotRecordedError``; appends need no change data feed, so an append-only
-table without it is a message queue too), a file VACUUM deleted (``DataFileNotFoundError``, on read).
+table without it is a message queue too), a schema change older rows cannot follow
+(``IncompatibleSchemaChangeError``, on read), a file VACUUM deleted (``DataFileNotFoundError``, on read).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -38,15 +42,22 @@ import pyarrow.compute as pc
 from .actions import ADD, REMOVE, STRING_MAP, Metadata, Protocol
 from .arrow_utils import decode_uri_paths, empty_table, to_numpy
 from .change_data import change_data_enabled
+from .change_range import Bound, Timestamp, latest_version, resolve_range
 from .change_rows import CDC, ChangeTask, change_data_spec, change_schema, read_change_task
 from .commit_json import Actions, parse_json_actions
-from .errors import ChangeDataNotRecordedError, ChangeRangeError, CorruptLogError, VersionNotFoundError
+from .errors import (
+    ChangeDataNotRecordedError,
+    ChangeRangeError,
+    CorruptLogError,
+    DeltaError,
+    IncompatibleSchemaChangeError,
+    VersionNotFoundError,
+)
 from .expressions import ColumnNotFoundError
-from .history import CommitTimeline, list_commits, timestamp_ms
-from .properties import ict_enablement_version
 from .protocol import check_read_supported
 from .scan import DEFAULT_READ_AHEAD, ordered
 from .scan_file import read_spec_of
+from .schema_evolution import SchemaBreak, schema_break
 from .segment import commit_name, commit_version
 from .storage import FileMeta, LogStore
 from .table_configuration import read_table_configuration, small_actions
@@ -55,7 +66,6 @@ from .table_configuration import read_table_configuration, small_actions
 _MONOTONE_LOOKBACK = 100
 CDC_FIELDS = pa.schema([("path", pa.string()), ("partitionValues", STRING_MAP), ("size", pa.int64()),
                         ("dataChange", pa.bool_()), ("tags", STRING_MAP)])  # fmt: skip
-Bound = int | str | datetime  # a version (int) or a timestamp (aware datetime or ISO-8601 text)
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,9 @@ class Changes:
 
     @cached_property
     def tasks(self) -> list[ChangeTask]:
-        """The files to read, version by version (refuses a version whose changes cannot be told)."""
+        """The files to read, version by version (refuses a version whose changes cannot be told, and
+        older rows the end version's schema cannot read)."""
+        refuse_schema_breaks(self.versions, self.store.uri)
         return [task for v in self.versions for task in plan_version(v, self.store.uri)]
 
     def removes_rows(self) -> int | None:
@@ -130,23 +142,25 @@ class Changes:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
 
 
-def read_changes(store: LogStore, start: Bound, end: Bound | None = None, *,
+def read_changes(store: LogStore, start: Bound | None = None, end: Bound | None = None, *,
+                 starting_timestamp: Timestamp | None = None, ending_timestamp: Timestamp | None = None,
                  columns: Sequence[str] | None = None, filter: Any = None,
                  read_ahead: int = DEFAULT_READ_AHEAD) -> Changes:  # fmt: skip
     """The changes of versions ``start``..``end`` (inclusive; ``end`` defaults to the latest). A bound is a
-    version, or a timestamp resolved as Delta Spark's ``table_changes`` does: the start is the first commit
-    at or after it, the end the last commit at or before it. ``columns`` and ``filter`` (SQL text, DNF
-    tuples or a ``pyarrow.compute.Expression``, applied to the changed rows) as ``Scan`` takes them."""
-    first, last = resolve_range(store, start, end)
-    if last is not None and last == first - 1 and not isinstance(start, int) and not isinstance(end, int):
-        # Both timestamps fall between the same two commits: Delta Spark reads nothing, not an error.
+    version, or a timestamp (``change_range``: positional as ``datetime`` or ISO-8601 text, or any
+    time-travel timestamp, ms since the epoch too, as ``starting_timestamp`` / ``ending_timestamp``),
+    resolved as Delta Spark's ``table_changes`` does: the start is the first commit at or after it, the end
+    the last commit at or before it. ``columns`` and ``filter`` (SQL text, DNF tuples or a
+    ``pyarrow.compute.Expression``, applied to the changed rows) as ``Scan`` takes them."""
+    first, last, empty = resolve_range(store, start, end, starting_timestamp, ending_timestamp)
+    if empty:  # both timestamps fall between the same two commits: Delta Spark reads nothing
         config = read_table_configuration(store, last)
         return Changes(store, first, last, [], config.protocol, config.metadata, columns, filter, read_ahead)
     listing = store.list_log(max(0, first - _MONOTONE_LOOKBACK))
     commits = {v: f for f in listing if (v := commit_version(f.name)) is not None}
     latest = max(commits, default=None)
     if latest is None or first > latest:
-        latest = _latest_version(store)
+        latest = latest_version(store)
     if first > latest:  # Delta Spark checks this first (startVersionAfterLatestVersion)
         _check_retained(store, commits, first, first, latest)
     if last is None:
@@ -173,62 +187,6 @@ def read_changes(store: LogStore, start: Bound, end: Bound | None = None, *,
     end_state = versions[-1]
     return Changes(store, first, last, versions, end_state.protocol, end_state.metadata, columns, filter,
                    read_ahead)
-
-
-def resolve_range(store: LogStore, start: Bound, end: Bound | None) -> tuple[int, int | None]:
-    """Versions for the bounds: ints as they are; timestamps by the commit timeline (``history``)."""
-    for bound in (start, end) if end is not None else (start,):
-        if isinstance(bound, bool) or not isinstance(bound, int | str | datetime):
-            raise TypeError(f"a change range's bounds are versions (int) or timestamps (aware datetime, "
-                            f"ISO-8601 text), not {type(bound).__name__} {bound!r}")  # fmt: skip
-    if isinstance(start, int) and (end is None or isinstance(end, int)):
-        if start < 0:
-            raise VersionNotFoundError(f"version {start} does not exist in {store.uri}")
-        return start, end
-    timeline = CommitTimeline(store, list_commits(store), ict_enablement_version(
-        read_table_configuration(store).metadata.configuration))  # fmt: skip
-    if not isinstance(start, int) and end is not None and not isinstance(end, int) and _ms(start) > _ms(end):
-        raise ChangeRangeError(f"the changes of {store.uri} from {start} to {end}: the end is before the "
-                               "start")  # fmt: skip
-    first = start if isinstance(start, int) else _first_at_or_after(store, timeline, _ms(start))
-    last = end if end is None or isinstance(end, int) else _last_at_or_before(store, timeline, _ms(end))
-    return first, last
-
-
-def _ms(value: str | datetime) -> int:
-    return timestamp_ms(value)
-
-
-def _first_at_or_after(store: LogStore, timeline: CommitTimeline, ts: int) -> int:
-    """As Delta Spark's ``startingTimestamp``: the first commit at or after ``ts`` (the earliest commit
-    for a time before it); refused after the latest commit."""
-    if timeline.timestamp_at(0) >= ts:
-        return timeline.versions[0]
-    at = timeline.version_at(ts)
-    i = timeline.versions.index(at)
-    if timeline.timestamp_at(i) >= ts:
-        return at
-    if i + 1 < len(timeline.versions):
-        return timeline.versions[i + 1]
-    raise ChangeRangeError(f"the starting timestamp {ts} is after the latest commit of {store.uri} (version "
-                           f"{at} at {timeline.timestamp_at(i)})")  # fmt: skip
-
-
-def _last_at_or_before(store: LogStore, timeline: CommitTimeline, ts: int) -> int:
-    """As Delta Spark's ``endingTimestamp``: the last commit at or before ``ts``; refused before the
-    earliest commit and after the latest (time travel's rule)."""
-    last = len(timeline.versions) - 1
-    if timeline.timestamp_at(last) < ts:
-        raise ChangeRangeError(
-            f"the ending timestamp {ts} is after the latest commit of {store.uri} (version "
-            f"{timeline.versions[last]} at {timeline.timestamp_at(last)})"
-        )
-    return timeline.version_at(ts)
-
-
-def _latest_version(store: LogStore) -> int:
-    commits = list_commits(store)
-    return max(v for f in commits if (v := commit_version(f.name)) is not None)
 
 
 def _check_retained(
@@ -318,6 +276,35 @@ def _cdc_actions(data: bytes, path: str) -> pa.Table:
 
 
 # -- planning ---------------------------------------------------------------------------------------
+def refuse_schema_breaks(versions: list[VersionChanges], uri: str) -> None:
+    """Every row of a range is read in the end version's schema: refuse a range whose older rows cannot
+    follow a schema change inside it (``schema_evolution``). As Delta Spark's batch change read, the
+    start's metadata and each metaData after it are checked against the end's (a change at the start
+    itself is no break: no row before it is read); the version named is that of the change itself, where
+    Delta Spark names the metaData it was checking, which may be an earlier, additive change."""
+    if not versions:
+        return
+    first, end = versions[0], versions[-1]
+    # _versions carries a metadata object on until a commit holds another: "is not" finds the metaData
+    changed = [v for prev, v in zip(versions, versions[1:], strict=False) if v.metadata is not prev.metadata]
+    for origin in (first, *changed):
+        if schema_break(origin.metadata, end.metadata) is None:
+            continue
+        # The first later change the origin's rows cannot follow: there is one, the end's own metaData.
+        at, found = next((v.version, f) for v in changed if v.version > origin.version
+                         and (f := schema_break(origin.metadata, v.metadata)) is not None)  # fmt: skip
+        raise _incompatible(uri, first.version, end.version, at, found)
+
+
+def _incompatible(uri: str, start: int, end: int, version: int, found: SchemaBreak) -> DeltaError:
+    return IncompatibleSchemaChangeError(
+        f"the changes of {uri} from version {start} to {end} cross an incompatible schema change at "
+        f"version {version}: {found.reason}, so the rows of the versions before it cannot be read in the "
+        f"schema of version {end}; read versions {start}..{version - 1} and {version}..{end} separately",
+        version=version, column=found.column,
+    )  # fmt: skip
+
+
 def plan_version(v: VersionChanges, uri: str) -> list[ChangeTask]:
     """The files of one version to read, and how ("Change Data Files"; Delta Spark's ``CDCReader``)."""
     if v.cdc.num_rows:

@@ -86,6 +86,18 @@ class ChangeDataNotRecordedError(DeltaError):
         self.version = version
 
 
+class IncompatibleSchemaChangeError(DeltaError):
+    """A change read crosses a schema change that rows written before it cannot follow (a column renamed
+    or dropped, made NOT NULL, a type changed other than widened): they cannot be read in the end version's
+    schema. Delta Spark's ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE``; read the two sides of the
+    change separately."""
+
+    def __init__(self, message: str, *, version: int, column: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.column = column
+
+
 class RowsChangedError(DeltaError):
     """A read of the rows a range of versions appended met a version that removed or rewrote rows."""
 

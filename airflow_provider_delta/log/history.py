@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .actions import check_commit_info
@@ -158,19 +158,23 @@ def _has_txn(data: bytes, app_id: str) -> bool:
     return False
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
 def timestamp_ms(value: int | float | str | datetime) -> int:
     """A time-travel timestamp as ms since the epoch: ms, an aware datetime, or an ISO-8601 string (UTC
     when it carries no offset)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("timestamp datetime must be timezone-aware (e.g. pendulum or tz=UTC)")
-        return int(value.timestamp() * 1000)
+        return (value - _EPOCH) // _MS  # exact: float seconds * 1000 can land a millisecond short
     if isinstance(value, int | float):
         return int(value)
     parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    return (parsed - _EPOCH) // _MS
 
 
 _MAX_RELISTS = 10

@@ -34,11 +34,11 @@ import pyarrow.compute as pc
 
 from .actions import AddFile
 from .data_files import ROW_GROUP_BYTES, DataFileWriter, data_file_name, partition_dir
-from .errors import CommitOutcomeUnknownError, UnsupportedFeatureError
+from .errors import CommitOutcomeUnknownError
 from .optimize_commit import BatchResult, OptimizeMetrics, commit_batch, rewritten_files, summarize
 from .optimize_plan import Bin, OptimizePlan, plan_optimize
 from .physical_columns import to_physical
-from .row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID, is_enabled
+from .row_tracking import materialized_columns as tracked_columns
 from .scan import Scan
 from .schema import column_mapping_mode, delta_schema_to_arrow, physical_name
 from .snapshot import Snapshot
@@ -122,21 +122,9 @@ def optimize(
 
 
 def materialized_columns(snapshot: Snapshot) -> tuple[str, str] | None:
-    """The file columns rewritten rows keep their row ids and row commit versions in, or None when the
-    table does not enable row tracking (then rows may get fresh ids, as in Delta Spark)."""
-    md = snapshot.metadata
-    if not is_enabled(snapshot.protocol, md):
-        return None
-    config = md.configuration
-    row_id, version = config.get(MATERIALIZED_ROW_ID), config.get(MATERIALIZED_ROW_COMMIT_VERSION)
-    if not row_id or not version:
-        missing = MATERIALIZED_ROW_ID if not row_id else MATERIALIZED_ROW_COMMIT_VERSION
-        raise UnsupportedFeatureError(
-            f"table {snapshot.store.uri} tracks row ids but its configuration has no {missing}: OPTIMIZE "
-            "cannot keep the ids of the rows it rewrites without that column, so it is refused",
-            features=("rowTracking",),
-        )
-    return row_id, version
+    """The file columns rewritten rows keep their row ids and commit versions in (``row_tracking``)."""
+    return tracked_columns(snapshot.protocol, snapshot.metadata,
+                           f"table {snapshot.store.uri}", "OPTIMIZE")  # fmt: skip
 
 
 # -- one bin --------------------------------------------------------------------------------------------

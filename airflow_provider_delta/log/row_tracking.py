@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .actions import AddFile, DomainMetadata, Metadata, Protocol
-from .errors import InvalidCommitError, shown
+from .errors import InvalidCommitError, UnsupportedFeatureError, shown
 from .properties import bool_property
 from .protocol import writer_features
 
@@ -45,6 +45,25 @@ def is_supported(protocol: Protocol) -> bool:
 def is_enabled(protocol: Protocol, metadata: Metadata) -> bool:
     """Whether readers may rely on row ids: ``delta.enableRowTracking`` on a table that supports them."""
     return is_supported(protocol) and bool_property(metadata.configuration, ENABLED)
+
+
+def materialized_columns(protocol: Protocol, metadata: Metadata, where: str, operation: str
+                         ) -> tuple[str, str] | None:  # fmt: skip
+    """The file columns that rows written again keep their row ids and row commit versions in ("Row
+    Tracking": a materialized value wins over ``baseRowId`` + row index), or None when the table does not
+    enable row tracking (then rows may get fresh ids, as in Delta Spark). ``operation`` (OPTIMIZE, UPDATE,
+    ...) is refused by name when the configuration lacks the column names."""
+    if not is_enabled(protocol, metadata):
+        return None
+    config = metadata.configuration
+    row_id, version = config.get(MATERIALIZED_ROW_ID), config.get(MATERIALIZED_ROW_COMMIT_VERSION)
+    if not row_id or not version:
+        missing = MATERIALIZED_ROW_ID if not row_id else MATERIALIZED_ROW_COMMIT_VERSION
+        raise UnsupportedFeatureError(
+            f"{where} tracks row ids but its configuration has no {missing}: {operation} cannot keep the "
+            "ids of the rows it writes again without that column, so it is refused", features=(FEATURE,),
+        )  # fmt: skip
+    return row_id, version
 
 
 def is_suspended(metadata: Metadata, where: str = "this table") -> bool:

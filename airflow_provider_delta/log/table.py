@@ -165,13 +165,24 @@ class DeltaTable(TableContext):
         ``to_reader()`` (streamed in bounded memory), ``to_batches()``."""
         return Scan(self.snapshot(version, timestamp), columns, filter, **options)
 
-    def changes(self, start: Bound, end: Bound | None = None, **options: Any) -> Changes:
+    def changes(
+        self,
+        start: Bound | None = None,
+        end: Bound | None = None,
+        *,
+        starting_timestamp: int | float | str | datetime | None = None,
+        ending_timestamp: int | float | str | datetime | None = None,
+        **options: Any,
+    ) -> Changes:
         """What versions ``start``..``end`` changed (``end``: the latest by default), from their commits
         alone: per version ``versions[i]`` (timestamp, operation, adds, removes, cdc as Arrow), and the
         changed rows with ``_change_type``, ``_commit_version``, ``_commit_timestamp`` as Delta Spark's
-        ``table_changes`` reads them (``to_table()``, ``to_reader()``). A bound is a version or a
-        timestamp (aware ``datetime`` or ISO-8601 text); see ``changes.read_changes`` (``columns=``)."""
-        return read_changes(self.store, start, end, **options)
+        ``table_changes`` reads them (``to_table()``, ``to_reader()``). A bound is a version (an int) or a
+        timestamp (aware ``datetime`` or ISO-8601 text); ``starting_timestamp`` / ``ending_timestamp``
+        take any timestamp ``snapshot(timestamp=)`` takes, ms since the epoch too, in place of ``start`` /
+        ``end``. See ``changes.read_changes`` (``columns=``, ``filter=``)."""
+        return read_changes(self.store, start, end, starting_timestamp=starting_timestamp,
+                            ending_timestamp=ending_timestamp, **options)  # fmt: skip
 
     def to_pyarrow_table(
         self, columns: list[str] | None = None, filter: Any = None, **options: Any

@@ -1,8 +1,10 @@
 """Spark on top of the core: write DataFrames into Delta tables, read them back, checkpoint at scale.
 
 ``write`` (executors write Parquet, the driver commits once through the core), ``read`` (the snapshot's
-files read by executors, deletion vectors and column mapping applied), the row-level ``delete``, ``update``
-and ``merge`` (deletion vectors or copy-on-write, one commit each) and ``checkpoint_with_spark``.
+files read by executors, deletion vectors and column mapping applied), ``read_changes`` (the rows a range of
+versions changed, as Delta Spark's ``table_changes``: planned on the driver from the range's commits, read by
+executors), the row-level ``delete``, ``update`` and ``merge`` (deletion vectors or copy-on-write, one
+commit each) and ``checkpoint_with_spark``.
 This package imports pyspark (the ``spark`` extra); the core (``airflow_provider_delta.log``), the hook, the
 sensor, the triggers and the operators other than ``DeltaSparkWriteOperator`` never import it.
 """

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.actions import DELETION_VECTOR
+from airflow_provider_delta.log.change_range import Bound, Timestamp
 from airflow_provider_delta.log.change_rows import (
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
@@ -24,7 +25,6 @@ from airflow_provider_delta.log.change_rows import (
     change_data_spec,
     read_change_task,
 )
-from airflow_provider_delta.log.changes import Bound
 from airflow_provider_delta.log.scan_file import ReadSpec
 
 from .schema import spark_schema_of
@@ -41,18 +41,24 @@ TASKS = pa.schema([("kind", pa.string()), ("path", pa.string()), ("partitionValu
 def read_changes(
     spark: SparkSession,
     table_uri: str,
-    start: Bound,
+    start: Bound | None = None,
     end: Bound | None = None,
     storage_options: dict[str, Any] | None = None,
     columns: Sequence[str] | None = None,
+    *,
+    starting_timestamp: Timestamp | None = None,
+    ending_timestamp: Timestamp | None = None,
 ) -> DataFrame:
     """The changes of versions ``start``..``end`` (``end``: the latest) as a DataFrame: the table's columns
     (the end version's schema, logical names), ``_change_type``, ``_commit_version``, ``_commit_timestamp``.
-    Bounds are versions or timestamps, as ``DeltaTable.changes`` takes them."""
+    Bounds are versions or timestamps (``starting_timestamp=`` / ``ending_timestamp=`` for ms since the
+    epoch), as ``DeltaTable.changes`` takes them; a range crossing a rename or a drop is refused by name."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-    changes = DeltaTable(table_uri, storage_options).changes(start, end, columns=columns)
+    changes = DeltaTable(table_uri, storage_options).changes(
+        start, end, starting_timestamp=starting_timestamp, ending_timestamp=ending_timestamp, columns=columns
+    )
     spec = changes.spec
     table_fields = {f.name: f for f in spark_schema_of(changes.metadata.schema).fields}
     spark_schema = StructType([table_fields[c] for c in spec.columns] + [

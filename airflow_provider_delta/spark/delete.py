@@ -32,11 +32,12 @@ from .row_changes import (
     files_where,
     num_records,
     only_partitions,
-    open_target,
+    referenced,
     row_indexes,
     target_rows,
     write_rows,
 )
+from .target import open_target
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -61,7 +62,8 @@ def delete(
     text = condition_text(condition)
     files, expr = candidate_files(target.snap, text)
     scan_started = time.monotonic()
-    rows = target_rows(spark, target, files)
+    # The condition's columns only: the rows it matches are found, not copied (a rewrite reads them again).
+    rows = target_rows(spark, target, files, referenced(target.columns, [text]) if text else None)
     cond = analysed(rows, {"condition": condition}, target.where)["condition"] if condition is not None \
         else F.lit(True)  # fmt: skip
     params = {"predicate": [text] if text is not None else []}
@@ -85,11 +87,10 @@ def delete(
             changes.deletes = hits
             metrics["rewriteTimeMs"] = 0  # the vectors are written by the commit: in executionTimeMs
         elif hits:
-            target.check_rewritable()
             rewrite_started = time.monotonic()
             touched = files_named(files, hits)
             old = target_rows(spark, target, touched)
-            changes.adds = write_rows(target, old.where(~matched).drop(PATH, INDEX))
+            changes.adds = write_rows(target, old.where(~matched).drop(PATH, INDEX))  # ids kept, if tracked
             changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
             if target.change_data:
                 changes.change_data.append(change_rows(target, old.where(matched), "delete"))

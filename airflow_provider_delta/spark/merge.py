@@ -24,20 +24,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.errors import MergeCardinalityError
-from airflow_provider_delta.log.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.identity import IdentityColumn
 
-from .merge_pruning import merge_files
+from .merge_clause import Clause
+from .merge_evolution import evolve, generated_identity, named_assignments
+from .merge_pruning import join_columns, merge_files, not_broadcast, semi_joined
 from .row_changes import (
     INDEX,
     PATH,
+    ROW_ID,
+    ROW_VERSION,
     Changes,
     RowChangeResult,
-    Target,
     already_committed,
     analysed,
     change_rows,
@@ -45,29 +47,20 @@ from .row_changes import (
     condition_text,
     files_named,
     num_records,
-    open_target,
     row_indexes,
     target_rows,
+    tracking,
     write_rows,
 )
 from .schema import spark_schema_of
+from .target import Target, open_target
+from .write import identity_values_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE = "matched", "notMatched", "notMatchedBySource"
 _CLAUSE, _KIND, _T, _S = "__merge_clause", "__merge_kind", "__merge_target", "__merge_source"
-
-
-@dataclass(frozen=True)
-class Clause:
-    """One WHEN clause: when it applies (``MATCHED`` ...), what it does (``update``, ``delete``,
-    ``insert``), its condition, and its assignments (``None``: every column from the source's same name)."""
-
-    when: str
-    action: str
-    condition: str | Column | None = None
-    assignments: Mapping[str, str | Column] | None = None
 
 
 def merge(
@@ -80,11 +73,13 @@ def merge(
     app_id: str | None = None,
     app_version: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    merge_schema: bool = False,
 ) -> MergeBuilder:
     """A MERGE of ``source`` into the table at ``table_uri`` matching rows where ``on`` holds; add clauses,
-    then ``execute()``."""
+    then ``execute()``. ``merge_schema`` evolves the table's schema as Delta Spark's
+    ``withSchemaEvolution()`` does (``merge_evolution``)."""
     return MergeBuilder(source, table_uri, on, source_alias, target_alias, app_id, app_version,
-                        storage_options)  # fmt: skip
+                        storage_options, merge_schema)  # fmt: skip
 
 
 class MergeBuilder:
@@ -93,11 +88,13 @@ class MergeBuilder:
     def __init__(
         self, source: DataFrame, table_uri: str, on: str | Column, source_alias: str, target_alias: str,
         app_id: str | None, app_version: int | None, storage_options: dict[str, Any] | None,
+        merge_schema: bool = False,
     ) -> None:  # fmt: skip
-        self.source, self.table_uri, self.on = source, table_uri, on
+        self.source, self.table_uri, self.on, self.merge_schema = source, table_uri, on, merge_schema
         self.source_alias, self.target_alias = source_alias, target_alias
         self.app_id, self.app_version, self.storage_options = app_id, app_version, storage_options
         self.clauses: list[Clause] = []
+        self.generated: dict[int, list[IdentityColumn]] = {}  # per insert clause: identity columns it fills
 
     def _add(self, clause: Clause) -> MergeBuilder:
         self.clauses.append(clause)
@@ -155,34 +152,46 @@ def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
     on_text = builder.on if isinstance(builder.on, str) else None
     files = merge_files(target, builder.source, on_text, t_alias, s_alias, NOT_MATCHED_BY_SOURCE in whens)
     source = builder.source.withColumn(_S, F.lit(True)).alias(s_alias)
-    rows = target_rows(builder.source.sparkSession, target, files).withColumn(_T, F.lit(True)).alias(t_alias)
+    spark = builder.source.sparkSession
+    if builder.merge_schema:
+        probe = target_rows(spark, target, files).alias(t_alias).crossJoin(source)
+        evolve(target, probe, clauses, builder.source, s_alias)
+    read = join_columns(target, builder.on, builder.clauses, builder.source.columns, builder.source_alias,
+                        builder.merge_schema)  # fmt: skip
+    rows = target_rows(spark, target, files, read).withColumn(_T, F.lit(True)).alias(t_alias)
     how = "full" if NOT_MATCHED_BY_SOURCE in whens else "right" if NOT_MATCHED in whens else "inner"
     on = analysed(rows.crossJoin(source), {"merge condition": builder.on}, target.where)["merge condition"]
-    joined = rows.join(source, on, how)
-    plan = _plan(target, joined, clauses, builder.source.columns, t_alias, s_alias).persist()
+    matched = semi_joined(spark, rows, source, on, t_alias) if how != "full" else rows
+    joined = not_broadcast(spark, matched, files).join(source, on, how)
+    plan = _plan(target, joined, builder, t_alias, s_alias).persist()
     try:
         return _execute(builder, target, plan, files, started)
     finally:
         plan.unpersist()
 
 
-def _plan(target: Target, joined: DataFrame, clauses: list[Clause], source_columns: list[str],
-          t_alias: str, s_alias: str) -> DataFrame:  # fmt: skip
+def _plan(target: Target, joined: DataFrame, builder: MergeBuilder, t_alias: str, s_alias: str) -> DataFrame:
     """Per joined row: the clause acting on it (index, or null), its kind, the target's values
-    (``__t<i>``) and the output values (``__o<i>``)."""
+    (``__t<i>``) and the output values (``__o<i>``); identity values generated for inserts."""
     from pyspark.sql import functions as F
 
+    clauses, source_columns = builder.clauses, builder.source.columns
     names = target.columns
-    types = {f.name: f.dataType for f in spark_schema_of(target.snap.metadata.schema).fields}
+    types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
     is_t, is_s = F.col(f"{t_alias}.{_T}").isNotNull(), F.col(f"{s_alias}.{_S}").isNotNull()
     case = {MATCHED: is_t & is_s, NOT_MATCHED: ~is_t, NOT_MATCHED_BY_SOURCE: ~is_s}
     source_by_lower = {c.lower(): c for c in source_columns}
     expressions: dict[str, Any] = {}
+    generated: dict[int, list[IdentityColumn]] = {}
     for i, c in enumerate(clauses):
         if c.condition is not None:
             expressions[f"condition of clause {i + 1} ({c.when} {c.action})"] = c.condition
-        for name, value in _assignments(target, c, source_by_lower, s_alias).items():
+        assigned = named_assignments(target, c, source_by_lower, s_alias, builder.merge_schema)
+        for name, value in assigned.items():
             expressions[f"value of {name} in clause {i + 1} ({c.when} {c.action})"] = value
+        if columns := generated_identity(target, c, assigned):
+            generated[i] = columns
+    builder.generated = generated
     resolved = analysed(joined, expressions, f"the MERGE into {target.where}")
     clause = F.lit(None).cast("int")
     kind = F.lit(None).cast("string")
@@ -196,39 +205,25 @@ def _plan(target: Target, joined: DataFrame, clauses: list[Clause], source_colum
     for i, c in enumerate(clauses):
         kind = F.when(clause == i, F.lit(c.action)).otherwise(kind)
     outputs = []
+    partitions = joined.rdd.getNumPartitions() if generated else 0
     for j, name in enumerate(names):
         value = F.col(f"{t_alias}.`{name}`")
         for i, c in enumerate(clauses):
             key = f"value of {name} in clause {i + 1} ({c.when} {c.action})"
+            identity = next((col for col in generated.get(i, []) if col.name == name), None)
             if key in resolved:
                 value = F.when(clause == i, resolved[key].cast(types[name])).otherwise(value)
+            elif identity is not None:  # "Identity Columns": generated as the Spark writer does
+                generate = F.expr(identity_values_sql(identity, partitions))
+                value = F.when(clause == i, generate).otherwise(value)
             elif c.action == "insert":
                 value = F.when(clause == i, F.lit(None).cast(types[name])).otherwise(value)
         outputs.append(value.alias(f"__o{j}"))
     olds = [F.col(f"{t_alias}.`{name}`").alias(f"__t{j}") for j, name in enumerate(names)]
+    ids = tracking(target, F.col(f"{t_alias}.{ROW_ID}"), F.col(f"{t_alias}.{ROW_VERSION}"))
     return joined.select(F.col(f"{t_alias}.{PATH}").alias(PATH), F.col(f"{t_alias}.{INDEX}").alias(INDEX),
                          is_t.alias(_T), is_s.alias(_S), clause.alias(_CLAUSE), kind.alias(_KIND),
-                         *olds, *outputs)  # fmt: skip
-
-
-def _assignments(target: Target, clause: Clause, source_by_lower: dict[str, str], s_alias: str
-                 ) -> dict[str, str | Column]:  # fmt: skip
-    """A clause's assignments by the table's column names; ``*`` ones take the source's same-named column
-    (every table column must be in the source, as Delta Spark requires without schema evolution)."""
-    if clause.action == "delete":
-        return {}
-    by_lower = {c.lower(): c for c in target.columns}
-    if clause.assignments is None:
-        missing = [c for c in target.columns if c.lower() not in source_by_lower]
-        if missing:
-            raise ColumnNotFoundError(f"{clause.action} all: the source lacks column(s) {missing} of "
-                                      f"{target.where}")  # fmt: skip
-        return {c: f"{s_alias}.`{source_by_lower[c.lower()]}`" for c in target.columns}
-    unknown = [n for n in clause.assignments if n.lower() not in by_lower]
-    if unknown:
-        raise ColumnNotFoundError(f"cannot {clause.action} {unknown}: not columns of {target.where} "
-                                  f"(columns: {', '.join(target.columns)})")  # fmt: skip
-    return {by_lower[n.lower()]: v for n, v in clause.assignments.items()}
+                         *olds, *outputs, *ids)  # fmt: skip
 
 
 def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any, started: float
@@ -271,21 +266,24 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
     every_file = not target.deletion_vectors and any(c.when == NOT_MATCHED_BY_SOURCE for c in clauses)
     if not hits and not per_clause_inserts(clauses, per_clause) and not (every_file and files.num_rows):
         return RowChangeResult(None, metrics)
-    if metrics["numTargetRowsUpdated"] or (hits and not target.deletion_vectors):
-        target.check_rewritable()
     changes = Changes(read_files=files.column("path").to_pylist())
     rewrite_started = time.monotonic()
     n = len(target.columns)
     out = [F.col(f"__o{j}").alias(name) for j, name in enumerate(target.columns)]
     old = [F.col(f"__t{j}").alias(name) for j, name in enumerate(target.columns)]
+    # Updated rows keep their row ids (inserted ones have none: null target side) and take the commit's
+    # version; copied rows keep both ("Row Tracking").
+    ids = tracking(target, F.col(ROW_ID), None)
     if target.deletion_vectors:
         changes.deletes = hits
-        written = plan.where(F.col(_KIND).isin("update", "insert")).select(*out)
+        written = plan.where(F.col(_KIND).isin("update", "insert")).select(*out, *ids)
     else:
         touched = files if every_file else files_named(files, hits)
         changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
-        written = _rewritten(builder, target, touched, touched_rows, n).unionByName(inserted.select(*out))
+        new = inserted.select(*out, *ids)
+        written = _rewritten(builder, target, touched, touched_rows, n).unionByName(new)
     changes.adds = write_rows(target, written)
+    changes.identity_marks = _identity_marks(builder, target, plan)
     if target.change_data:
         changes.change_data += [
             change_rows(target, inserted.select(*out), "insert"),
@@ -310,6 +308,24 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
                   dv_metric_names=names, cdc_metric="numTargetChangeFilesAdded")  # fmt: skip
 
 
+def _identity_marks(builder: MergeBuilder, target: Target, plan: DataFrame) -> dict[str, int]:
+    """The furthest identity value each column generated for inserted rows (the high-water marks the
+    commit moves); values given explicitly do not move them, as in Delta Spark."""
+    from pyspark.sql import functions as F
+
+    columns = {col.name: col for cols in builder.generated.values() for col in cols}
+    if not columns:
+        return {}
+    position = {name: j for j, name in enumerate(target.columns)}
+    aggregates = []
+    for name, col in columns.items():
+        clauses = [i for i, cols in builder.generated.items() if any(c.name == name for c in cols)]
+        value = F.when(F.col(_CLAUSE).isin(clauses), F.col(f"__o{position[name]}"))
+        aggregates.append((F.max if col.step > 0 else F.min)(value).alias(name))
+    row = plan.agg(*aggregates).first()
+    return {name: row[name] for name in columns if row[name] is not None}
+
+
 def per_clause_inserts(clauses: list[Clause], per_clause: list[int]) -> int:
     return sum(n for c, n in zip(clauses, per_clause, strict=True) if c.action == "insert")
 
@@ -325,8 +341,10 @@ def _rewritten(builder: MergeBuilder, target: Target, touched: Any, touched_rows
     rows = target_rows(builder.source.sparkSession, target, touched)
     both = rows.join(acts, (rows[PATH] == acts["__p"]) & (rows[INDEX] == acts["__i"]), "left")
     both = both.where(F.col(_KIND).isNull() | (F.col(_KIND) == "update"))
+    version = F.when(F.col(_KIND).isNull(), F.col(ROW_VERSION)) if target.kept else None
     return both.select(*[F.when(F.col(_KIND) == "update", F.col(f"__o{j}")).otherwise(F.col(f"`{name}`"))
-                         .alias(name) for j, name in enumerate(target.columns)])  # fmt: skip
+                         .alias(name) for j, name in enumerate(target.columns)],
+                       *tracking(target, F.col(ROW_ID), version))  # fmt: skip
 
 
 def _metrics(clauses: list[Clause], per_clause: list[int], source_rows: int) -> dict[str, int]:

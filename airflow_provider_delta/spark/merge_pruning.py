@@ -1,4 +1,5 @@
-"""Which target files a MERGE must read: those whose statistics admit the source's range of merge keys.
+"""What a MERGE reads of the target: the files whose statistics admit the source's range of merge keys,
+only the columns its join needs, and a join Spark does not broadcast the target into.
 
 A target row can only be matched on ``target.k = source.s`` if ``k`` lies between the smallest and largest
 ``s`` of the source (``=`` never matches NULL), so files whose ``k`` bounds fall outside that range hold
@@ -10,8 +11,9 @@ range would exclude), so anything else reads every live file.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -19,13 +21,17 @@ from airflow_provider_delta.log.expressions import Call, Column, Expr, conjuncti
 from airflow_provider_delta.log.scan import Scan
 from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError, parse
 
+from .merge_evolution import named_assignments
+from .row_changes import referenced
 from .schema import spark_schema_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from .row_changes import Target
+    from .merge_clause import Clause
+    from .target import Target
 
+_INFLATION = 4  # rows in memory take several times their compressed Parquet bytes
 _RANGED = ("ByteType", "ShortType", "IntegerType", "LongType", "StringType", "DateType", "DecimalType")
 
 
@@ -80,3 +86,61 @@ def _same_typed(target: Target, source: DataFrame, keys: list[tuple[str, str]]) 
         if t_type is not None and t_type == s_type and type(t_type).__name__ in _RANGED:
             out.append((t, s))
     return out
+
+
+def join_columns(target: Target, on: Any, clauses: list[Clause], source_columns: list[str], s_alias: str,
+                 merge_schema: bool) -> list[str] | None:  # fmt: skip
+    """The table columns the MERGE's join must read (None: all of them): those its condition, clause
+    conditions and values name, and those an update clause leaves as they are. Spark cannot prune the
+    columns of our ``mapInArrow`` read, and reading every column of every candidate row costs most of a
+    MERGE; a copy-on-write MERGE reads the touched files whole again to copy them. Names are found as SQL
+    identifiers in the text (a word that only looks like a column reads one column too many, never too
+    few); Columns rather than text, and change data (the preimage of every column), read everything."""
+    values = [v for c in clauses for v in (c.assignments or {}).values()]
+    named = referenced(target.columns, [on, *[c.condition for c in clauses], *values])
+    if target.change_data or named is None:
+        return None
+    source_by_lower = {c.lower(): c for c in source_columns}
+    kept: set[str] = set()
+    for clause in clauses:
+        if clause.action == "update":
+            assigned = named_assignments(target, clause, source_by_lower, s_alias, merge_schema)
+            kept.update(c for c in target.columns if c not in assigned)
+    return [c for c in target.columns if c in named or c in kept]
+
+
+def semi_joined(spark: Any, rows: DataFrame, source: DataFrame, on: Any, t_alias: str) -> DataFrame:
+    """The target rows some source row matches, when the source is small enough to broadcast (else
+    ``rows``): a MERGE without a NOT MATCHED BY SOURCE clause never acts on the others, and the outer join
+    that follows then shuffles only these instead of every row of the candidate files (Delta Spark finds
+    its touched files with such a join first)."""
+    from pyspark.sql import functions as F
+
+    try:  # Spark's own estimate of the source (classic sessions; Spark Connect has no JVM handle)
+        size = int(str(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:
+        return rows
+    limit = byte_size(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", None) or "10MB")
+    if not 0 <= size <= limit:
+        return rows
+    return rows.join(F.broadcast(source), on, "left_semi").alias(t_alias)
+
+
+def not_broadcast(spark: Any, rows: DataFrame, files: Any) -> DataFrame:
+    """The target's rows, hinted to a sort-merge join when their files are too big to broadcast.
+
+    Spark sizes the target from the plan that reads it (``mapInArrow`` over the small list of files), so it
+    takes even a table of millions of rows for a small one and broadcasts it, which runs the driver out of
+    memory; the files' sizes are what it would broadcast."""
+    limit = byte_size(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", None) or "10MB")
+    size = int(sum(files.column("size").to_pylist())) if files.num_rows else 0
+    return rows if 0 <= size * _INFLATION <= limit else rows.hint("merge")
+
+
+def byte_size(text: str) -> int:
+    """Spark's byte-size setting (``10485760``, ``10MB``, ``-1``) as bytes."""
+    match = re.fullmatch(r"\s*(-?\d+)\s*([kmgtp]?)i?b?\s*", text.lower())
+    if match is None:
+        return -1
+    number, unit = int(match[1]), match[2]
+    return number * 1024 ** ("kmgtp".index(unit) + 1) if unit else number

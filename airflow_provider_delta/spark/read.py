@@ -60,18 +60,23 @@ def read_files(
     files: pa.Table,
     storage_options: dict[str, Any] | None = None,
     metadata: Sequence[str] = (),
+    columns: Sequence[str] | None = None,
 ) -> DataFrame:
     """The rows of ``files`` (``add`` rows of ``snap``, e.g. those a predicate may touch) as ``read`` gives
-    a whole snapshot's: what DELETE, UPDATE and MERGE scan for the rows they change."""
+    a whole snapshot's: what DELETE, UPDATE and MERGE scan for the rows they change. ``columns`` (logical
+    names) reads only those, in table order: Spark cannot prune the columns of a ``mapInArrow`` read."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = snap.metadata.schema
+    if columns is not None:
+        wanted = {c.lower() for c in columns}
+        schema = {**schema, "fields": [f for f in schema["fields"] if f["name"].lower() in wanted]}
     spark_schema = with_metadata_schema(spark_schema_of(schema), snap, tuple(metadata))
     if files.num_rows == 0:
         return spark.createDataFrame([], spark_schema)
     names = tuple(f["name"] for f in schema["fields"])
     spec = ReadSpec(
-        schema=schema,
+        schema=snap.metadata.schema,
         mode=column_mapping_mode(snap.metadata.configuration),
         partition_columns=tuple(snap.partition_columns),
         columns=names,

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,24 +32,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable, Transaction
-from airflow_provider_delta.log.change_data import CHANGE_TYPE, change_data_enabled
+from airflow_provider_delta.log.change_data import CHANGE_TYPE
 from airflow_provider_delta.log.errors import (
-    InvalidCommitError,
     InvalidConditionError,
-    UnsupportedFeatureError,
 )
 from airflow_provider_delta.log.expressions import ColumnNotFoundError, Expr
 from airflow_provider_delta.log.partition_values import typed_partition_values
-from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
-from airflow_provider_delta.log.protocol import check_write_supported, writer_features
-from airflow_provider_delta.log.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS, delete_metrics
-from airflow_provider_delta.log.row_tracking import is_enabled as row_tracking_enabled
+from airflow_provider_delta.log.row_deletion import delete_metrics
 from airflow_provider_delta.log.scan import Scan
 from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
 
 from .constraints import check, table_rules
 from .data_files import WritePlan
+from .native_read import native_read_blocker, native_rows
 from .read import read_files
+from .schema import spark_schema_of
+from .target import Target
 from .write import write_table_files
 
 if TYPE_CHECKING:
@@ -58,6 +57,9 @@ if TYPE_CHECKING:
 
 PATH = "__delta_file_path"  # the target row's file (as the log names it) and its row index in that file
 INDEX = "__delta_row_index"
+ROW_ID = "__delta_row_id"  # on tables that track rows: the row's id and commit version ("Row Tracking")
+ROW_VERSION = "__delta_row_commit_version"
+_IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")  # SQL identifiers, quoted or bare
 
 
 @dataclass(frozen=True)
@@ -68,62 +70,6 @@ class RowChangeResult:
     version: int | None
     metrics: dict[str, int] = field(default_factory=dict)
     already_committed: bool = False
-
-
-@dataclass
-class Target:
-    """The table a row-level operation changes, as read once at its start."""
-
-    table: DeltaTable
-    snap: Snapshot
-    storage_options: dict[str, Any]
-    operation: str
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def where(self) -> str:
-        return f"table {self.table.uri}"
-
-    @property
-    def deletion_vectors(self) -> bool:
-        """Whether changed rows are marked with deletion vectors (else their files are rewritten), as
-        Delta Spark decides: the table allows new vectors."""
-        config = self.snap.metadata.configuration
-        return bool_property(config, ENABLE_DELETION_VECTORS) and DELETION_VECTORS in writer_features(
-            self.snap.protocol
-        )
-
-    @property
-    def change_data(self) -> bool:
-        return change_data_enabled(self.snap.metadata)
-
-    @property
-    def columns(self) -> list[str]:
-        return [f["name"] for f in self.snap.metadata.schema["fields"]]
-
-    def check_rewritable(self) -> None:
-        """Rows written again (updated, or copied by a rewrite) must keep their row ids ("Row Tracking"),
-        which takes writing them into the materialized columns; until the writer does, refuse rather than
-        renumber rows."""
-        if row_tracking_enabled(self.snap.protocol, self.snap.metadata):
-            raise UnsupportedFeatureError(
-                f"{self.where} tracks row ids (delta.enableRowTracking): {self.operation} would give the "
-                "rows it writes again new ids, so it is refused (a DELETE on a table with deletion vectors "
-                "keeps them)", features=("rowTracking",),
-            )  # fmt: skip
-
-
-def open_target(table_uri: str, storage_options: dict[str, Any] | None, operation: str) -> Target:
-    """The latest snapshot, checked writable by this client and not append-only (Delta Spark refuses
-    DELETE, UPDATE and MERGE on ``delta.appendOnly`` tables)."""
-    table = DeltaTable(table_uri, storage_options)
-    snap = table.snapshot()
-    where = f"table {table_uri}"
-    check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
-                          where=where)  # fmt: skip
-    if bool_property(snap.metadata.configuration, APPEND_ONLY):
-        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): {operation} is refused")
-    return Target(table, snap, dict(storage_options or {}), operation)
 
 
 def already_committed(target: Target, app_id: str | None, app_version: int | None) -> RowChangeResult | None:
@@ -199,6 +145,17 @@ def candidate_files(snap: Snapshot, condition: str | None) -> tuple[pa.Table, Ex
     return scan.files, scan.filter
 
 
+def referenced(columns: Iterable[str], texts: Iterable[str | Column | None]) -> list[str] | None:
+    """The ``columns`` that SQL ``texts`` name (None when one is a Column, whose names we cannot see): a
+    word that only looks like a column names one column too many, never too few."""
+    texts = [t for t in texts if t is not None]
+    if any(not isinstance(t, str) for t in texts):
+        return None
+    words = {(quoted.replace("``", "`") or bare).lower() for t in texts
+             for quoted, bare in _IDENTIFIER.findall(t)}  # fmt: skip
+    return [c for c in columns if c.lower() in words]
+
+
 def only_partitions(snap: Snapshot, expr: Expr | None) -> bool:
     """Whether the condition reads partition columns only: skipping then selects exactly the files whose
     every row matches, so they are removed whole without reading them (Delta Spark's metadata-only
@@ -224,13 +181,65 @@ def files_where(spark: SparkSession, target: Target, files: pa.Table, condition:
     return files.take(hits.column("__file"))
 
 
-def target_rows(spark: SparkSession, target: Target, files: pa.Table) -> DataFrame:
-    """The rows of ``files`` with their file (``PATH``) and row index (``INDEX``) as plain columns."""
+def target_rows(spark: SparkSession, target: Target, files: pa.Table, columns: Collection[str] | None = None
+                ) -> DataFrame:  # fmt: skip
+    """The rows of ``files`` with their file (``PATH``) and row index (``INDEX``) as plain columns, and on
+    tables that track rows their ``ROW_ID`` and ``ROW_VERSION``. With ``columns`` only those table columns
+    are read; the others are NULL (for a plan that needs only some, e.g. a MERGE's join). Spark's Parquet
+    reader reads them where ``native_read`` allows it, ours elsewhere."""
     from pyspark.sql import functions as F
 
-    rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index"))
+    tracked = ("row_id", "row_commit_version") if target.kept else ()
+    old = {f["name"].lower() for f in target.snap.metadata.schema["fields"]}
+    read = [c for c in columns if c.lower() in old] if columns else None
+    read = read or None  # no column at all: read them all (a plan of only file and row index is untested)
+    wanted = read or [f["name"] for f in target.snap.metadata.schema["fields"]]
+    if native_read_blocker(target, files, wanted) is None:
+        rows = native_rows(spark, target, files, wanted, PATH, INDEX)
+        return rows.select(*_evolved_columns(target, set(wanted)), PATH, INDEX)
+    rows = read_files(spark, target.snap, files, target.storage_options, ("file_path", "row_index", *tracked),
+                      read)  # fmt: skip
     place = [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(INDEX)]
-    return rows.select(*[F.col(_quoted(c)) for c in target.columns], *place)
+    if tracked:
+        place += [F.col("_metadata.row_id").alias(ROW_ID),
+                  F.col("_metadata.row_commit_version").alias(ROW_VERSION)]  # fmt: skip
+    return rows.select(*_evolved_columns(target, None if read is None else set(read)), *place)
+
+
+def _evolved_columns(target: Target, read: set[str] | None) -> list[Column]:
+    """The table's columns as the operation writes them: under an evolved schema, columns the files lack
+    read as NULL and widened ones are cast to their new type ("Type Widening": readers widen too); columns
+    not ``read`` are NULL."""
+    from pyspark.sql import functions as F
+
+    if not target.evolved and read is None:
+        return [F.col(_quoted(c)) for c in target.columns]
+    old = {f["name"]: f["type"] for f in target.snap.metadata.schema["fields"]}
+    types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
+    out = []
+    for f in target.metadata.schema["fields"]:
+        name = f["name"]
+        if name not in old or (read is not None and name not in read):
+            out.append(F.lit(None).cast(types[name]).alias(name))
+        elif old[name] != f["type"]:
+            out.append(F.col(_quoted(name)).cast(types[name]).alias(name))
+        else:
+            out.append(F.col(_quoted(name)))
+    return out
+
+
+def tracking(target: Target, row_id: Column | None, version: Column | None) -> list[Column]:
+    """On tables that track rows, the ``ROW_ID`` and ``ROW_VERSION`` columns of rows to write: a row
+    copied unchanged keeps both, an updated row its id with no version (so it takes the new file's
+    ``defaultRowCommitVersion``, the commit's), an inserted row neither (a fresh id from the new file's
+    ``baseRowId``), as Delta Spark writes them ("Row Tracking"). Nothing on other tables."""
+    from pyspark.sql import functions as F
+
+    if not target.kept:
+        return []
+    none = F.lit(None).cast("long")
+    return [(none if row_id is None else row_id).alias(ROW_ID),
+            (none if version is None else version).alias(ROW_VERSION)]  # fmt: skip
 
 
 def row_indexes(hits: pa.Table) -> dict[str, list[int]]:
@@ -247,11 +256,20 @@ def files_named(files: pa.Table, paths: Iterable[str]) -> pa.Table:
 
 
 def write_rows(target: Target, rows: DataFrame) -> list[AddFile]:
-    """Write rows (the table's columns, logical names, table order) as new data files, after checking the
-    table's rules (invariants, CHECK constraints, generated columns, NOT NULL) on every row."""
-    md = target.snap.metadata
+    """Write rows (the table's columns, logical names, table order; then, on tables that track rows,
+    ``tracking``'s two columns) as new data files, after checking the table's rules (invariants, CHECK
+    constraints, generated columns, NOT NULL) on every row. Row ids and commit versions go into the
+    table's materialized columns; a null there reads as the new file's fresh id and version."""
+    from pyspark.sql import functions as F
+
+    md = target.metadata
     check(rows, table_rules(md.schema, dict(md.configuration)))
-    plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns))
+    kept = target.kept or ()
+    if kept:
+        rows = rows.select(*[F.col(_quoted(c)) for c in target.columns], F.col(ROW_ID).alias(kept[0]),
+                           F.col(ROW_VERSION).alias(kept[1]))  # fmt: skip
+    plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns),
+                     hidden_columns=kept)  # fmt: skip
     return write_table_files(plan, target.table, target.storage_options)
 
 
@@ -287,6 +305,7 @@ class Changes:
     deletes: dict[str, list[int]] = field(default_factory=dict)  # rows marked by deletion vectors
     change_data: list[pa.Table] = field(default_factory=list)
     read_files: list[str] = field(default_factory=list)
+    identity_marks: dict[str, int] = field(default_factory=dict)  # identity values generated (inserts)
 
 
 def commit(
@@ -307,6 +326,10 @@ def commit(
     txn: Transaction | None = None
     try:
         txn = Transaction(target.table, target.snap)
+        if target.evolved:
+            txn.update_metadata(target.metadata)  # first: change data is written under it
+        if changes.identity_marks:
+            txn.set_identity_high_water_marks(changes.identity_marks)
         if app_id is not None:
             txn.set_app_transaction(app_id, int(app_version))
         if condition is None:

@@ -19,14 +19,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log.errors import IdentityColumnError
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.identity import identity_columns
 
 from .row_changes import (
     INDEX,
     PATH,
+    ROW_ID,
+    ROW_VERSION,
     Changes,
     RowChangeResult,
-    Target,
     already_committed,
     analysed,
     candidate_files,
@@ -35,12 +38,14 @@ from .row_changes import (
     condition_text,
     files_named,
     num_records,
-    open_target,
+    referenced,
     row_indexes,
     target_rows,
+    tracking,
     write_rows,
 )
 from .schema import spark_schema_of
+from .target import Target, open_target
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -68,7 +73,8 @@ def update(
     text = condition_text(condition)
     files, _ = candidate_files(target.snap, text)
     started = time.monotonic()
-    rows = target_rows(spark, target, files)
+    named = referenced(target.columns, [condition, *set.values()])  # only find the rows here
+    rows = target_rows(spark, target, files, named)
     given = {"condition": condition} if condition is not None else {}
     cond = analysed(rows, given, target.where).get("condition", F.lit(True))
     matched = F.coalesce(cond, F.lit(False))
@@ -82,17 +88,18 @@ def update(
     metrics["numUpdatedRows"] = sum(len(i) for i in hits.values())
     if not hits:
         return RowChangeResult(None, metrics)  # Delta Spark commits nothing when no row matches
-    target.check_rewritable()
     changes = Changes(read_files=files.column("path").to_pylist())
     rewrite_started = time.monotonic()
     touched = files_named(files, hits)
     old = target_rows(spark, target, touched)
-    updated = old.where(matched).select(*new)
+    updated = old.where(matched).select(*new, *tracking(target, F.col(ROW_ID), None))
     if target.deletion_vectors:
         changes.deletes = hits
         changes.adds = write_rows(target, updated)
     else:
-        changes.adds = write_rows(target, old.select(*_choose(target, matched, new)))
+        version = F.when(~matched, F.col(ROW_VERSION)) if target.kept else None
+        rewritten = old.select(*_choose(target, matched, new), *tracking(target, F.col(ROW_ID), version))
+        changes.adds = write_rows(target, rewritten)
         changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
     if target.change_data:
         changes.change_data.append(change_rows(target, old.where(matched), "update_preimage"))
@@ -118,6 +125,10 @@ def new_values(target: Target, rows: DataFrame, assignments: Mapping[str, str | 
                                   f"(columns: {', '.join(target.columns)})")  # fmt: skip
     types = {f.name: f.dataType for f in spark_schema_of(target.snap.metadata.schema).fields}
     given = {by_lower[name.lower()]: value for name, value in assignments.items()}
+    for column in identity_columns(target.snap.metadata.schema):
+        if column.name in given:  # "Identity Columns": values come from the table; Delta Spark refuses too
+            raise IdentityColumnError(f"{target.where}: {column.name!r} is an identity column, which UPDATE "
+                                      "cannot set", column=column.name)  # fmt: skip
     resolved = analysed(rows, {f"value of {name}": value for name, value in given.items()}, target.where)
     out = []
     for name in target.columns:

@@ -5,11 +5,15 @@ with change data while the downstream run is retried (its first try dies after r
 again), fed by a watcher trigger that is restarted from its serialized state, and backfilled with an older
 range; one run fails for good. The sink records, per consumed range, how many change rows of each type it
 read; at the end the counts add up to exactly the source's change rows, each version in exactly one range.
+A consumer that writes no table keeps its progress in Airflow's asset state store: a try that dies between
+processing and recording makes the retry process the range again (at least once), and each range's
+progress is set once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +193,112 @@ async def _first_start_then_event(trigger, table, rng, next_id) -> dict[str, Any
 
 def _progress(sink: Path) -> int:
     return DeltaTable(str(sink)).snapshot().app_transactions.get("consume_once/consume", -1)
+
+
+def _state_store_source(root: Path, out: Path, fail_marker: Path) -> str:
+    return f"""
+        import datetime as dt, json, os
+        from pathlib import Path
+        from airflow.sdk import DAG, Asset, task
+        from airflow_provider_delta.hooks.delta import DeltaHook
+        SOURCE = Asset(name="changes_source", uri={"file://" + str(root)!r})
+        OUT, FAIL = Path({str(out)!r}), Path({str(fail_marker)!r})
+
+        class Recorded:
+            # Airflow's own accessor underneath; each set is logged so the test can count them.
+            def __init__(self, accessor):
+                self.accessor = accessor
+            def get(self, key):
+                return self.accessor.get(key)
+            def set(self, key, value):
+                self.accessor.set(key, value)
+                with open(OUT / "progress.jsonl", "a") as f:
+                    f.write(json.dumps({{"key": key, "value": value}}) + "\\n")
+
+        def process(rows):
+            # Idempotent: the output of a range is one file named for it, overwritten by a repeat.
+            versions = sorted(set(rows.column("_commit_version").to_pylist()))
+            kinds = rows.column("_change_type").to_pylist()
+            first, last = (versions[0], versions[-1]) if versions else (None, None)
+            counts = {{k: kinds.count(k) for k in set(kinds)}}
+            (OUT / f"range-{{first}}-{{last}}.json").write_text(json.dumps(counts))
+            with open(OUT / "processed.jsonl", "a") as f:
+                f.write(json.dumps({{"versions": versions, "rows": rows.num_rows}}) + "\\n")
+            if FAIL.exists():  # processed, then the worker dies before the progress is recorded
+                FAIL.unlink()
+                raise RuntimeError("worker lost between processing and recording progress")
+
+        with DAG("consume_to_state_store", schedule=None, start_date=dt.datetime(2024, 1, 1),
+                 catchup=False) as dag:
+            @task(retries=1, retry_delay=0, inlets=[SOURCE])
+            def consume(asset_state_store=None):
+                done = DeltaHook(None).consume_changes({str(root)!r}, "consumer", process,
+                                                       progress=Recorded(asset_state_store[SOURCE]))
+                return done.to_dict()
+            consume()
+        """
+
+
+def test_without_a_sink_each_range_is_processed_at_least_once_and_its_progress_recorded_once(
+    tmp_path: Path, dag_file
+):
+    """The state-store path under real Airflow: a try that processed a range and died before recording
+    progress makes the retry process the same range again (at least once: hence ``process`` must be
+    idempotent), and the progress of each range is set once, by the try that finished."""
+    print(f"seed {SEED}")
+    rng = np.random.default_rng(SEED)
+    root, out, fail = tmp_path / "source", tmp_path / "out", tmp_path / "fail"
+    out.mkdir()
+    table = DeltaTable.create(str(root), SCHEMA, configuration=CDF)
+    next_id = [0]
+    dag = dag_file("consume_to_state_store", _state_store_source(root, out, fail)).dag
+
+    def progress_writes() -> list[int]:
+        path = out / "progress.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line)["value"] for line in lines]
+
+    def processed() -> list[list[int]]:
+        path = out / "processed.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line)["versions"] for line in lines]
+
+    for _ in range(3):
+        _commit_some(table, rng, next_id)
+    first = table.version()
+    fail.touch()  # the first try processes 1..first, then dies
+    assert dag.test().state == "success"
+    assert processed() == [list(range(1, first + 1))] * 2  # the retry processed the same range again
+    assert progress_writes() == [first]  # ...and only the retry recorded progress
+
+    assert dag.test().state == "success"  # nothing new: nothing processed, nothing recorded
+    assert len(processed()) == 2 and progress_writes() == [first]
+
+    for _ in range(4):
+        _commit_some(table, rng, next_id)
+    second = table.version()
+    assert dag.test().state == "success"
+    assert processed()[2:] == [list(range(first + 1, second + 1))]
+    assert progress_writes() == [first, second]
+    assert _stored_progress("changes_source", "delta_consumer/consumer") == second  # in Airflow's DB
+
+    # What the idempotent outputs add up to: each change row once, though a range was processed twice.
+    got: dict[str, int] = {}
+    for path in out.glob("range-*.json"):
+        for kind, n in json.loads(path.read_text()).items():
+            got[kind] = got.get(kind, 0) + n
+    expected = table.changes(1, second).to_table().group_by("_change_type").aggregate([("id", "count")])
+    assert got == dict(zip(expected.column(0).to_pylist(), expected.column(1).to_pylist(), strict=True))
+
+
+def _stored_progress(asset_name: str, key: str) -> Any:
+    """The value Airflow's asset state store holds (its metadata DB table), read as the API server would."""
+    from airflow.models.asset import AssetModel
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        store = AssetStateStoreModel
+        query = session.query(store).join(AssetModel, AssetModel.id == store.asset_id)
+        row = query.filter(AssetModel.name == asset_name, store.key == key).one()
+        return json.loads(row.value)

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
+from airflow_provider_delta.log.table import read_table
 from airflow_provider_delta.triggers.delta import DeltaTableWatcherTrigger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
@@ -31,6 +32,7 @@ DAG_IDS = {
     "delta_asset_watch",
     "delta_maintenance",
     "delta_spark_pipeline",
+    "delta_spark_merge",
     "delta_rows",
     "delta_changes_upstream",
     "delta_changes_downstream",
@@ -280,3 +282,29 @@ def test_spark_pipeline_ingests_each_day_once_then_waits_and_maintains(examples,
     per_day = rows.group_by("day").aggregate([("id", "count")]).to_pydict()
     expected = {d.date(): pipeline.ROWS_PER_DAY for d in DAYS[:2]}
     assert dict(zip(per_day["day"], per_day["id_count"], strict=True)) == expected
+
+
+def test_spark_merge_applies_each_days_change_batch_once(examples, tmp_path: Path):
+    """The dimension after each day's MERGE; a clear of a day already merged (the same exactly-once key)
+    merges nothing: the table's version moves once per day."""
+    dag = examples("delta_spark_merge")
+    table = str(tmp_path / "tables" / "customers")
+    for n, day in enumerate(DAYS[:2]):
+        run = _test(dag, day)
+        assert _xcom(run, "merge_changes") == n + 1  # version 0 is the table's creation
+        assert _xcom(run, "wait_for_merge") == n + 1
+    rows = read_table(table).to_pylist()
+    by_id = {r["customer_id"]: r for r in rows}
+    deleted = set(range(5, 1000, 50))
+    assert set(by_id) == set(range(0, 2000)) - deleted
+    assert {i for i, r in by_id.items() if r["tier"] == "gold"} == set(range(0, 1000, 10))
+    history = DeltaTable(table).history()
+    merge_info = next(h.commit_info for h in history if h.version == 2)
+    assert merge_info["operation"] == "MERGE"
+    counts = {"numTargetRowsInserted": 1000, "numTargetRowsUpdated": 100, "numTargetRowsDeleted": 20}
+    assert {k: int(merge_info["operationMetrics"][k]) for k in counts} == counts
+    run = _test(dag, DAYS[1])  # a clear of day 2: its key is in the table, nothing is merged again
+    assert _xcom(run, "merge_changes") == 2 and _xcom(run, "wait_for_merge") == 2
+    assert DeltaTable(table).version() == 2
+    again = read_table(table).to_pylist()
+    assert sorted(again, key=lambda r: r["customer_id"]) == sorted(rows, key=lambda r: r["customer_id"])

@@ -5,6 +5,7 @@ seeded workloads is compared in tests/oracle/test_changes_agree.py.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -16,13 +17,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import DeltaTable, VersionNotFoundError
+from airflow_provider_delta.log import DeltaTable, Metadata, VersionNotFoundError
 from airflow_provider_delta.log import replay as replay_module
 from airflow_provider_delta.log.errors import (
     ChangeDataNotRecordedError,
     ChangeRangeError,
     DataFileNotFoundError,
+    IncompatibleSchemaChangeError,
 )
+from airflow_provider_delta.log.schema_evolution import schema_break
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("p", pa.string())])
 CDF = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
@@ -188,6 +191,26 @@ def test_timestamps_resolve_as_table_changes_does(tmp_path: Path):
         t.changes(at(10), at(41))
     with pytest.raises(ChangeRangeError, match="end is before the start"):
         t.changes(at(30), at(12))
+    # Keywords for any timestamp snapshot(timestamp=) takes, ms since the epoch too (an int bound is a
+    # version), resolved the same way.
+    def by_keyword(start=None, end=None, **kw):
+        c = t.changes(start, end, **kw)
+        return c.start, c.end
+
+    assert by_keyword(starting_timestamp=base + 15_000, ending_timestamp=base + 35_000) == (2, 3)
+    assert by_keyword(starting_timestamp=float(base + 10_000)) == (1, 4)
+    assert by_keyword(starting_timestamp=at(15), ending_timestamp=when) == (2, 2)
+    assert by_keyword(2, ending_timestamp=base + 31_000) == (2, 3)
+    assert by_keyword(at(15), ending_timestamp=base + 35_000) == (2, 3)
+    assert by_keyword(starting_timestamp=base + 21_000, ending_timestamp=base + 29_000) == (3, 2)
+    with pytest.raises(TypeError, match="not both"):
+        t.changes(1, starting_timestamp=base)
+    with pytest.raises(TypeError, match="needs a start"):
+        t.changes()
+    with pytest.raises(TypeError, match="starting_timestamp is a timestamp"):
+        t.changes(starting_timestamp=True)
+    with pytest.raises(ChangeRangeError, match="after the latest commit"):
+        t.changes(starting_timestamp=base + 41_000)
 
 
 def test_bad_ranges_are_refused_by_name(tmp_path: Path):
@@ -257,3 +280,125 @@ def test_deletion_vector_changes_read_only_the_newly_deleted_rows_of_a_big_file(
     got = t.changes(3).to_table()
     assert sorted(got["id"].to_pylist()) == sorted(_ids(root, f)[i] for i in more)
     assert set(got["_change_type"].to_pylist()) == {"delete"}
+
+
+def _alter(t: DeltaTable, edit, operation: str = "ALTER TABLE") -> None:
+    """A schema change as ALTER TABLE commits it: a metaData action with the edited schema."""
+    md = t.snapshot().metadata
+    schema = md.schema
+    edit(schema["fields"])
+    altered = dataclasses.replace(md, schema_string=json.dumps(schema))
+    t.transaction().update_metadata(altered).commit(operation)
+
+
+def _field(fields: list[dict], name: str) -> dict:
+    return next(f for f in fields if f["name"] == name)
+
+
+@pytest.mark.parametrize("mapping", ["none", "name"])
+def test_a_column_added_inside_a_range_reads_null_in_the_versions_before_it(tmp_path: Path, mapping: str):
+    t, root = _table(tmp_path, configuration={**CDF, "delta.columnMapping.mode": mapping})
+    t.write(_rows([1, 2]))  # v1
+    added = _rows([3]).append_column("n", pa.array([30], pa.int64()))
+    t.write(added, schema_mode="merge")  # v2: ADD COLUMN n
+    (f,) = t.changes(1, 1).versions[0].adds.column("path").to_pylist()
+    t.transaction().delete_rows({f: [0]}).commit("DELETE")  # v3: a row of a file older than the column
+    changes = t.changes(1)
+    assert changes.schema.names[:4] == ["id", "s", "p", "n"]
+    rows = changes.to_table().to_pylist()
+    got = sorted((r["_commit_version"], r["_change_type"], r["id"], r["n"]) for r in rows)
+    assert got == [(1, "insert", 1, None), (1, "insert", 2, None), (2, "insert", 3, 30),
+                   (3, "delete", 1, None)]  # fmt: skip
+    # The start's schema is the end's too when the range ends before the change: no column n.
+    assert "n" not in t.changes(1, 1).to_table().column_names
+
+
+def test_a_rename_or_a_drop_inside_a_range_is_refused_naming_its_version_and_column(tmp_path: Path):
+    t, root = _table(tmp_path, configuration={**CDF, "delta.columnMapping.mode": "name"})
+    t.write(_rows([1]))  # v1
+    _alter(t, lambda fields: _field(fields, "s").update(name="label"))  # v2: RENAME COLUMN s TO label
+    t.write(pa.table({"id": [2], "label": ["l2"], "p": ["a"]}))  # v3
+    changes = t.changes(1)
+    assert [v.version for v in changes.versions] == [1, 2, 3]  # the actions read; the rows cannot be
+    renamed = (r"from version 1 to 3 cross an incompatible schema change at version 2: column 's' was "
+               r"renamed to 'label'.*read versions 1\.\.1 and 2\.\.3")
+    with pytest.raises(IncompatibleSchemaChangeError, match=renamed) as e:
+        changes.to_table()
+    assert (e.value.version, e.value.column) == (2, "s")
+    # Each side of the change reads; a range starting at the change reads its rows in the new names.
+    assert t.changes(1, 1).to_table()["s"].to_pylist() == ["s1"]
+    assert t.changes(2).to_table()["label"].to_pylist() == ["l2"]
+    _alter(t, lambda fields: fields.remove(_field(fields, "label")))  # v4: DROP COLUMN label
+    t.write(pa.table({"id": [5], "label": ["new"], "p": ["a"]}), schema_mode="merge")  # v5: label again
+    # The drop alone leaves a schema the end can read (label is "added" at v5 under a new physical name),
+    # but the rows of v3 hold the old label: the break is named at the drop.
+    with pytest.raises(IncompatibleSchemaChangeError, match="at version 4: column 'label' was dropped") as e:
+        t.changes(3).to_table()
+    assert (e.value.version, e.value.column) == (4, "label")
+    assert sorted(t.changes(4).to_table()["label"].to_pylist()) == ["new"]
+    # An additive change before a rename: the rename is named (Delta Spark names the first metaData it
+    # checks, the ADD COLUMN), and the two ranges suggested read.
+    t.write(pa.table({"id": [6], "label": ["x"], "p": ["a"], "n": [60]}), schema_mode="merge")  # v6
+    _alter(t, lambda fields: _field(fields, "label").update(name="tag"))  # v7
+    renamed = r"at version 7: column 'label' was renamed to 'tag'.*versions 5\.\.6 and 7\.\.7"
+    with pytest.raises(IncompatibleSchemaChangeError, match=renamed):
+        t.changes(5).to_table()
+    assert t.changes(5, 6).to_table()["n"].to_pylist() == [None, 60]
+
+
+def test_a_type_widened_inside_a_range_reads_widened_other_type_changes_are_refused(tmp_path: Path):
+    schema = pa.schema([("id", pa.int32()), ("s", pa.string())])
+    config = {**CDF, "delta.enableTypeWidening": "true"}
+    t = DeltaTable.create(str(tmp_path / "t"), schema, configuration=config)
+    t.write(pa.table({"id": pa.array([1], pa.int32()), "s": ["a"]}))  # v1
+    _alter(t, lambda fields: _field(fields, "id").update(type="long"))  # v2: CHANGE COLUMN id TYPE BIGINT
+    t.write(pa.table({"id": pa.array([2**40], pa.int64()), "s": ["b"]}))  # v3
+    widened = t.changes(1).to_table()
+    assert widened.schema.field("id").type == pa.int64()
+    assert sorted(widened["id"].to_pylist()) == [1, 2**40]
+    _alter(t, lambda fields: _field(fields, "s").update(type="integer"), "REPLACE TABLE")  # v4: no widening
+    changed = "version 4: column 's' changed type from string to integer"
+    with pytest.raises(IncompatibleSchemaChangeError, match=changed):
+        t.changes(3).to_table()
+    _alter(t, lambda fields: _field(fields, "id").update(nullable=False))  # v5: SET NOT NULL
+    with pytest.raises(IncompatibleSchemaChangeError, match="version 5: column 'id' was made NOT NULL"):
+        t.changes(4).to_table()
+
+
+def test_schema_breaks_as_delta_spark_tells_them():
+    """``schema_break`` on metadata pairs: what Delta Spark's batch change read refuses and follows."""
+    def md(fields, mode="none", partitions=()):
+        return Metadata("x", json.dumps({"type": "struct", "fields": fields}), tuple(partitions),
+                        {"delta.columnMapping.mode": mode} if mode != "none" else {})  # fmt: skip
+
+    def col(name, t="long", physical=None, nullable=True):
+        meta = {"delta.columnMapping.physicalName": physical} if physical else {}
+        return {"name": name, "type": t, "nullable": nullable, "metadata": meta}
+
+    a, b = col("a", physical="col-a"), col("b", physical="col-b")
+    assert schema_break(md([a], "name"), md([a, b], "name")) is None  # ADD COLUMN
+    assert schema_break(md([a, b], "name"), md([a], "name")).reason == "column 'b' was dropped"
+    found = schema_break(md([a], "name"), md([col("z", physical="col-a")], "name"))
+    assert found == ("a", "column 'a' was renamed to 'z'")
+    # Nested: a struct field renamed keeps its physical name.
+    inner = {"type": "struct", "fields": [col("x", physical="col-x")]}
+    renamed = {"type": "struct", "fields": [col("y", physical="col-x")]}
+    assert schema_break(md([col("st", inner, "col-st")], "name"),
+                        md([col("st", renamed, "col-st")], "name")).column == "st.x"  # fmt: skip
+    # An upgrade to column mapping keeps the names as physical names; a downgrade is refused.
+    assert schema_break(md([col("a")]), md([col("a", physical="a")], "name")) is None
+    assert schema_break(md([col("a")]), md([col("b", physical="a")], "name")).reason.endswith("to 'b'")
+    assert "turned off" in schema_break(md([a], "name"), md([col("a")])).reason
+    assert "partition columns" in schema_break(md([a, b], "name", ["a"]), md([a, b], "name", ["b"])).reason
+    # By name, without column mapping: case, nullability, types (widening followed, unlike Delta Spark).
+    assert schema_break(md([col("a")]), md([col("A")])).reason == "column 'a' was renamed to 'A'"
+    assert schema_break(md([col("a", nullable=False)]), md([col("a")])) is None
+    for old, new, ok in [("byte", "long", True), ("integer", "double", True), ("long", "double", False),
+                         ("date", "timestamp_ntz", True), ("decimal(10,2)", "decimal(12,3)", True),
+                         ("decimal(10,2)", "decimal(10,3)", False), ("integer", "decimal(10,0)", True),
+                         ("long", "decimal(19,0)", False), ("long", "integer", False),
+                         ("void", "string", True), ("string", "binary", False)]:  # fmt: skip
+        assert (schema_break(md([col("a", old)]), md([col("a", new)])) is None) is ok, (old, new)
+    elements = {"type": "array", "elementType": "long", "containsNull": True}
+    assert "elements" in schema_break(md([col("a", elements)]),
+                                      md([col("a", {**elements, "containsNull": False})])).reason  # fmt: skip

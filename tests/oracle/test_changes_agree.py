@@ -14,9 +14,10 @@ import random
 from pathlib import Path
 
 import pytest
-from oracle_client import Oracle
+from oracle_client import Oracle, OracleError
 
 from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.errors import IncompatibleSchemaChangeError
 
 SEED = int(os.environ.get("CHANGES_SEED", "1616"))
 STEPS = int(os.environ.get("CHANGES_STEPS", "8"))
@@ -105,3 +106,49 @@ def test_changes_agree_with_table_changes(oracle: Oracle, tmp_path: Path, case: 
         when = [dt.datetime.fromtimestamp(x / 1000, dt.UTC) for x in (a, b)]
         ours = _ours(table, *when)
         assert ours == _theirs(oracle, uri, _sql_timestamp(a), _sql_timestamp(b)), (seed, a, b)
+
+
+def test_schema_changes_inside_a_range_agree_with_table_changes(oracle: Oracle, tmp_path: Path):
+    """A column-mapping table (Delta Spark reads its change data in the end version's schema): an ADD COLUMN
+    inside a range reads the same rows (null before it), a RENAME COLUMN inside one is refused by both, and
+    a range starting at the rename reads the same rows in the new names."""
+    uri = str(tmp_path / "t")
+    statements = [
+        f"CREATE TABLE delta.`{uri}` (id BIGINT, s STRING) USING delta TBLPROPERTIES ("
+        "'delta.enableChangeDataFeed' = 'true', 'delta.columnMapping.mode' = 'name')",  # v0
+        f"INSERT INTO delta.`{uri}` VALUES (1, 'a'), (2, 'b')",  # v1
+        f"ALTER TABLE delta.`{uri}` ADD COLUMNS (n BIGINT)",  # v2
+        f"INSERT INTO delta.`{uri}` VALUES (3, 'c', 30)",  # v3
+        f"UPDATE delta.`{uri}` SET n = 10 WHERE id = 1",  # v4: change data files, an older file's row
+        f"ALTER TABLE delta.`{uri}` RENAME COLUMN s TO label",  # v5
+        f"INSERT INTO delta.`{uri}` VALUES (4, 'd', 40)",  # v6
+    ]
+    for sql in statements:
+        oracle.call("sql", sql)
+    table = DeltaTable(uri)
+    assert table.version() == 6
+
+    def rows(start: int, end: int, columns: tuple[str, ...]) -> tuple[list[tuple], list[tuple]]:
+        theirs = oracle.call("sql", f"SELECT {', '.join(columns)}, _change_type, _commit_version FROM "
+                                    f"table_changes_by_path('{uri}', {start}, {end})")  # fmt: skip
+        got = table.changes(start, end).to_table()
+        assert got.column_names[: len(columns)] == list(columns)
+        ours = [tuple(r[c] for c in (*columns, "_change_type", "_commit_version")) for r in got.to_pylist()]
+        keys = (*columns, "_change_type", "_commit_version")
+        theirs = [tuple(json.loads(r).get(c) for c in keys) for r in theirs]
+        return sorted(ours, key=repr), sorted(theirs, key=repr)
+
+    ours, theirs = rows(1, 4, ("id", "s", "n"))
+    assert ours == theirs and (1, "a", None, "insert", 1) in ours  # v1's rows without n: null
+    ours, theirs = rows(5, 6, ("id", "label", "n"))
+    assert ours == theirs == [(4, "d", 40, "insert", 6)]
+    for start in (1, 3):
+        with pytest.raises(OracleError) as delta:
+            oracle.call("sql", f"SELECT * FROM table_changes_by_path('{uri}', {start}, 6)")
+        # INCOMPATIBLE_SCHEMA_CHANGE (a metaData inside the range) or _DATA_SCHEMA (the start's schema)
+        assert "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_" in delta.value.message, delta.value.message[:2000]
+        with pytest.raises(IncompatibleSchemaChangeError, match="at version 5: column .s. was renamed") as e:
+            table.changes(start, 6).to_table()
+        # We name the rename's version; Delta Spark the first metaData it checked (the ADD COLUMN at 2
+        # for a range from 1) or the start. The ranges we suggest read the same rows above (1..4, 5..6).
+        assert e.value.version == 5 and f"read versions {start}..4 and 5..6" in str(e.value)

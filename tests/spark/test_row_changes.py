@@ -16,7 +16,6 @@ from airflow_provider_delta.log.errors import (
     InvalidCommitError,
     InvalidConditionError,
     MergeCardinalityError,
-    UnsupportedFeatureError,
 )
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
 from airflow_provider_delta.spark import delete, merge, read, update, write
@@ -186,10 +185,47 @@ def test_tables_we_cannot_change_are_refused(spark, tmp_path: Path):
     append_only = _make(spark, tmp_path / "a", {"delta.appendOnly": "true"}, None, n=5)
     with pytest.raises(InvalidCommitError, match="append-only"):
         delete(spark, append_only, "id = 1")
-    tracked = _make(spark, tmp_path / "r", {"delta.enableRowTracking": "true"}, None, n=5)
-    with pytest.raises(UnsupportedFeatureError, match="row ids"):
-        update(spark, tracked, {"v": "0"}, "id = 1")
-    assert DeltaTable(append_only).version() == 0 and DeltaTable(tracked).version() == 0
+    assert DeltaTable(append_only).version() == 0
+
+
+def _tracked(spark, uri: str) -> dict[int, tuple[int, int]]:
+    df = read(spark, uri, metadata=["row_id", "row_commit_version"])
+    return {r["id"]: (r["row_id"], r["row_commit_version"]) for r in
+            df.selectExpr("id", "_metadata.row_id", "_metadata.row_commit_version").collect()}  # fmt: skip
+
+
+@pytest.mark.parametrize("dv", [True, False], ids=["deletion-vectors", "rewrite"])
+def test_row_ids_are_kept_as_delta_spark_keeps_them(spark, tmp_path: Path, dv: bool):
+    """"Row Tracking": rows written again keep their ids (UPDATE, MERGE) and, copied unchanged by a
+    rewrite, their commit versions; updated rows take the commit's version; inserted rows get fresh ids
+    above every id given before. Delta Spark's own ids are compared in tests/oracle."""
+    config = {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": str(dv).lower()}
+    uri = _make(spark, tmp_path / "t", config, ["p"], n=40)
+    update(spark, uri, {"v": "v + 1"}, "id < 5")  # rows of two versions before the operations under test
+    ids = _tracked(spark, uri)
+    assert len({i for i, _ in ids.values()}) == 40 and {v for _, v in ids.values()} == {0, 1}
+
+    deleted = delete(spark, uri, "id % 5 = 2")
+    ids = {i: r for i, r in ids.items() if i % 5 != 2}
+    assert _tracked(spark, uri) == ids
+    assert any(a.get("deletionVector") for a in _commit(uri, deleted.version)["add"]) == dv
+
+    updated = update(spark, uri, {"s": "upper(s)"}, "id % 3 = 0")
+    ids = {i: (r[0], updated.version) if i % 3 == 0 else r for i, r in ids.items()}
+    assert _tracked(spark, uri) == ids
+
+    source = spark.range(30, 50).selectExpr("id", "0 AS v", "'m' AS s", "char(97 + id % 3) AS p")
+    merged = merge(source, uri, "target.id = source.id").when_matched_update_all() \
+        .when_not_matched_insert_all().execute()  # fmt: skip
+    got = _tracked(spark, uri)
+    mark = max(json.loads(d["configuration"])["rowIdHighWaterMark"]
+               for d in _commit(uri, updated.version).get("domainMetadata", []))  # fmt: skip
+    for i in range(30, 50):
+        ids[i] = (ids[i][0], merged.version) if i in ids else got[i]
+        if i >= 40:
+            assert got[i][0] > mark and got[i][1] == merged.version, f"inserted row {i}: {got[i]}"
+    assert got == ids
+    assert len({i for i, _ in got.values()}) == len(got)
 
 
 def test_merge_reads_only_files_the_source_keys_can_match(spark, tmp_path: Path):
@@ -197,7 +233,7 @@ def test_merge_reads_only_files_the_source_keys_can_match(spark, tmp_path: Path)
     (and, without deletion vectors, rewritten); a key of another type, or a NOT MATCHED BY SOURCE clause,
     reads every file."""
     from airflow_provider_delta.spark.merge_pruning import merge_files
-    from airflow_provider_delta.spark.row_changes import open_target
+    from airflow_provider_delta.spark.target import open_target
 
     uri = str(tmp_path / "t")
     for lo in (0, 100, 200):
@@ -224,3 +260,59 @@ def test_a_condition_on_partitions_only_removes_whole_files_unread(spark, tmp_pa
     metrics = result.metrics
     assert metrics["numDeletedRows"] == 10 and metrics["numRemovedFiles"] == len(actions["remove"])
     assert sorted(_rows(spark, uri)) == [i for i in range(30) if i % 3]
+
+
+def test_merge_joins_read_only_the_columns_they_need(spark, tmp_path: Path):
+    """Spark cannot prune the columns of our read: the MERGE names those its join needs (a word that only
+    looks like a column reads one column too many), all of them with change data or Column expressions."""
+    from pyspark.sql import functions as F
+
+    from airflow_provider_delta.spark.merge_clause import Clause
+    from airflow_provider_delta.spark.merge_pruning import join_columns
+    from airflow_provider_delta.spark.target import open_target
+
+    plain = open_target(_make(spark, tmp_path / "t", {}, None, n=10), None, "MERGE")
+    cdf = open_target(_make(spark, tmp_path / "c", {"delta.enableChangeDataFeed": "true"}, None, n=10), None,
+                      "MERGE")  # fmt: skip
+    source, on = ["id", "v", "s", "p"], "target.id = source.id"
+    upsert = [Clause("matched", "delete", "source.v = 0"), Clause("matched", "update"),
+              Clause("notMatched", "insert")]  # fmt: skip
+    assert join_columns(plain, on, upsert, source, "source", False) == ["id", "v"]
+    partial = [Clause("matched", "update", None, {"s": "'x'"})]
+    assert join_columns(plain, on, partial, source, "source", False) == ["id", "v", "p"]  # v, p kept
+    assert join_columns(plain, on, [Clause("matched", "update", F.col("target.v") > 1)], source, "source",
+                        False) is None  # fmt: skip
+    assert join_columns(cdf, on, upsert, source, "source", False) is None
+
+
+@pytest.mark.parametrize("dv", [True, False], ids=["deletion-vectors", "rewrite"])
+def test_each_merge_plan_gives_the_same_rows(spark, tmp_path: Path, dv: bool):
+    """The MERGE's plans: the join's columns read by Spark's Parquet reader (where ``native_read`` allows)
+    or by ours; with broadcasts off, no semi join to the source's matches and the target hinted to a
+    sort-merge join. Each gives the same rows and metrics."""
+    from airflow_provider_delta.spark import native_read
+    from airflow_provider_delta.spark.target import open_target
+
+    results = {}
+    for broadcast, native in ((True, True), (True, False), (False, True)):
+        config = {"delta.enableDeletionVectors": str(dv).lower()}
+        uri = _make(spark, tmp_path / f"t{broadcast}{native}", config, ["p"], n=40)
+        if native:
+            files = DeltaTable(uri).snapshot().files
+            assert native_read.native_read_blocker(open_target(uri, None, "MERGE"), files, ["id"]) is None
+        source = spark.range(30, 50).selectExpr("id", "id % 5 AS v", "'m' AS s", "char(97 + id % 3) AS p")
+        if not broadcast:
+            spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+        native_read.NATIVE_READS = native
+        try:
+            builder = merge(source, uri, "target.id = source.id") \
+                .when_matched_update({"v": "source.v + target.v"}).when_not_matched_insert_all()  # fmt: skip
+            m = builder.execute().metrics
+        finally:
+            spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+            native_read.NATIVE_READS = True
+        counts = (m["numTargetRowsUpdated"], m["numTargetRowsInserted"])
+        results[(broadcast, native)] = (_rows(spark, uri), *counts)
+    first = results[(True, True)]
+    assert all(r == first for r in results.values()) and first[1:] == (10, 10)
+    assert first[0][35] == (35 % 7 + 0, "s35", chr(97 + 35 % 3))  # v = source.v (0) + target.v

@@ -3,6 +3,8 @@ deletes by deletion vector, a whole file removed, an UPDATE with change data), r
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -10,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import ChangeRangeError
+from airflow_provider_delta.log.errors import ChangeRangeError, IncompatibleSchemaChangeError
 from airflow_provider_delta.spark import read_changes
 
 CDF = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
@@ -50,3 +52,21 @@ def test_spark_change_read_equals_the_core_one(spark, tmp_path: Path):
     assert sorted(r.id for r in few.collect()) == [1, 2]
     with pytest.raises(ChangeRangeError):
         read_changes(spark, str(root), 4, 2)
+
+
+def test_spark_change_read_follows_an_added_column_and_refuses_a_rename(spark, tmp_path: Path):
+    config = {**CDF, "delta.columnMapping.mode": "name"}
+    t = DeltaTable.create(str(tmp_path / "t"), SCHEMA, configuration=config)
+    t.write(_rows([1]))  # v1
+    t.write(_rows([2]).append_column("n", pa.array([20], pa.int64())), schema_mode="merge")  # v2
+    got = sorted((r.id, r.n) for r in read_changes(spark, t.uri, 1).collect())
+    assert got == [(1, None), (2, 20)]
+    md = t.snapshot().metadata
+    schema = md.schema
+    next(f for f in schema["fields"] if f["name"] == "s")["name"] = "label"  # v3: RENAME COLUMN s TO label
+    altered = dataclasses.replace(md, schema_string=json.dumps(schema))
+    t.transaction().update_metadata(altered).commit("ALTER TABLE")
+    with pytest.raises(IncompatibleSchemaChangeError, match="version 3: column 's' was renamed to 'label'"):
+        read_changes(spark, t.uri, 1)  # refused on the driver, before a task runs
+    renamed_at = t.history(1)[0].timestamp  # ms since the epoch: from the rename on, in the new names
+    assert read_changes(spark, t.uri, starting_timestamp=renamed_at).columns[:3] == ["id", "label", "p"]

@@ -1,0 +1,161 @@
+"""MERGE schema evolution and identity columns: our MERGE against Delta Spark 4.4's, on two copies.
+
+Delta Spark creates and fills each table; it is copied; the same MERGE runs on both copies (Delta Spark's
+``MERGE [WITH SCHEMA EVOLUTION] INTO``, our ``merge(..., merge_schema=...)``). Both must succeed or both
+refuse; when they succeed both engines read the same rows from both copies and the evolved schemas are
+the same (names, types, nullability, ``delta.typeChanges``). On identity tables the generated values
+depend on how each engine splits rows into tasks, so they are held to the rules instead: no value twice,
+all beyond the mark the table had, on the column's grid, the mark moved to cover them; and Delta Spark's
+next insert into our copy gives no value twice.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from oracle_client import Oracle, OracleError
+from oracle_compare import our_rows
+
+from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.errors import DeltaError
+from airflow_provider_delta.log.identity import identity_columns
+from airflow_provider_delta.spark import merge
+
+BASE = "(id BIGINT, v INT, s STRING)"
+ROWS = "VALUES (1, 1, 'a'), (2, 2, 'b'), (4, 4, 'd')"
+EXTRA = "SELECT * FROM VALUES (2L, 20, 'x', 7L), (3L, 30, 'y', 8L) AS s(id, v, s, extra)"
+NARROW = "SELECT * FROM VALUES (2L, 'x', 7L), (3L, 'y', 8L) AS s(id, s, extra)"
+WIDE = "SELECT * FROM VALUES (2L, 5000000000L, 'x'), (3L, 3L, 'y') AS s(id, v, s)"
+NEW_VALUES = {"id": "source.id", "extra": "source.extra + 1"}
+UPSERT = [("matched", "update", None), ("notMatched", "insert", None)]
+# name: (table properties, source, clauses as (kind, action, assignments or None for *), merge_schema)
+CASES: dict[str, tuple[dict, str, list, bool]] = {
+    "star adds columns": ({}, EXTRA, UPSERT, True),
+    "star ignores columns without evolution": ({}, EXTRA, UPSERT, False),
+    "star adds columns, column mapping": ({"delta.columnMapping.mode": "name"}, EXTRA, UPSERT, True),
+    "set names a new column": ({}, EXTRA, [("matched", "update", {"extra": "source.extra"})], True),
+    "insert values name a new column": ({}, EXTRA, [("notMatched", "insert", NEW_VALUES)], True),
+    "narrow source keeps and nulls": ({}, NARROW, UPSERT, True),
+    "narrow source refused without evolution": ({}, NARROW, UPSERT, False),
+    "new column refused without evolution": ({}, EXTRA, [("matched", "update", {"extra": "source.extra"})],
+                                             False),
+    "widening": ({"delta.enableTypeWidening": "true"}, WIDE, UPSERT, True),
+    "widening by an expression": ({"delta.enableTypeWidening": "true"}, WIDE.replace("5000000000L", "5L"),
+                                  [("matched", "update", {"v": "source.v + 1"})], True),
+    "no widening without the property": ({}, WIDE, UPSERT, True),
+    "no widening without evolution": ({"delta.enableTypeWidening": "true"}, WIDE, UPSERT, False),
+}  # fmt: skip
+
+
+def _sql(uri: str, source: str, clauses: list, evolve: bool) -> str:
+    parts = [f"MERGE {'WITH SCHEMA EVOLUTION ' if evolve else ''}INTO delta.`{uri}` AS target "
+             f"USING ({source}) AS source ON target.id = source.id"]  # fmt: skip
+    for kind, action, sets in clauses:
+        head = "WHEN MATCHED THEN " if kind == "matched" else "WHEN NOT MATCHED THEN "
+        if action == "update":
+            parts.append(head + ("UPDATE SET *" if sets is None else
+                                 "UPDATE SET " + ", ".join(f"{c} = {e}" for c, e in sets.items())))
+        else:
+            parts.append(head + ("INSERT *" if sets is None else
+                                 f"INSERT ({', '.join(sets)}) VALUES ({', '.join(sets.values())})"))
+    return " ".join(parts)
+
+
+def _ours(spark: Any, uri: str, source: str, clauses: list, evolve: bool, on: str = "target.id = source.id"
+          ) -> Any:  # fmt: skip
+    builder = merge(spark.sql(source), uri, on, merge_schema=evolve)
+    for kind, _, sets in clauses:
+        if kind == "matched":
+            builder = builder.when_matched_update_all() if sets is None else builder.when_matched_update(sets)
+        else:
+            builder = builder.when_not_matched_insert_all() if sets is None else \
+                builder.when_not_matched_insert(sets)  # fmt: skip
+    return builder.execute()
+
+
+def _schema(uri: str) -> list[tuple]:
+    out = []
+    for f in DeltaTable(uri).snapshot().metadata.schema["fields"]:
+        changes = [(c["fromType"], c["toType"]) for c in f.get("metadata", {}).get("delta.typeChanges", [])]
+        out.append((f["name"], f["type"], f["nullable"], changes))
+    return out
+
+
+def _attempt(run: Any) -> str | None:
+    """None when ``run`` succeeds, else the error's class name (either engine's)."""
+    try:
+        run()
+    except (OracleError, DeltaError, Exception) as exc:  # Spark's own errors too (CAST_OVERFLOW)
+        return getattr(exc, "error", None) or type(exc).__name__
+    return None
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_merge_schema_evolution_agrees(oracle: Oracle, spark: Any, tmp_path: Path, case: str):
+    props, source, clauses, evolve = CASES[case]
+    theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
+    shown = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+    oracle.call("sql", f"CREATE TABLE delta.`{theirs}` {BASE} USING delta"
+                       + (f" TBLPROPERTIES ({shown})" if shown else ""))  # fmt: skip
+    oracle.call("sql", f"INSERT INTO delta.`{theirs}` {ROWS}")
+    shutil.copytree(theirs, ours)
+    their_error = _attempt(lambda: oracle.call("sql", _sql(theirs, source, clauses, evolve)))
+    our_error = _attempt(lambda: _ours(spark, ours, source, clauses, evolve))
+    print(f"{case}: Delta Spark {their_error or 'committed'}, ours {our_error or 'committed'}")
+    assert (their_error is None) == (our_error is None), f"{case}: {their_error} vs {our_error}"
+    assert DeltaTable(ours).version() == DeltaTable(theirs).version()
+    assert _schema(ours) == _schema(theirs)
+    rows = oracle.call("rows", theirs)
+    assert oracle.call("rows", ours) == rows and our_rows(spark, ours) == rows == our_rows(spark, theirs)
+
+
+IDENTITY = "(id BIGINT GENERATED {how} AS IDENTITY (START WITH 10 INCREMENT BY 3), k BIGINT, s STRING)"
+INSERTS = "SELECT id + 2 AS k, concat('n', id) AS s FROM range(0, 60)"
+
+
+def _mark(uri: str) -> int | None:
+    return identity_columns(DeltaTable(uri).snapshot().metadata.schema)[0].high_water_mark
+
+
+@pytest.mark.parametrize("how", ["ALWAYS", "BY DEFAULT"])
+def test_identity_values_on_merge_inserts_follow_delta_sparks_rules(
+    oracle: Oracle, spark: Any, tmp_path: Path, how: str
+):
+    theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
+    oracle.call("sql", f"CREATE TABLE delta.`{theirs}` {IDENTITY.format(how=how)} USING delta")
+    oracle.call("sql", f"INSERT INTO delta.`{theirs}` (k, s) VALUES (1, 'a'), (2, 'b')")
+    shutil.copytree(theirs, ours)
+    mark = _mark(ours)
+    upsert = [("matched", "update", {"s": "source.s"}),
+              ("notMatched", "insert", {"k": "source.k", "s": "source.s"})]  # fmt: skip
+    on_k = ("target.id = source.id", "target.k = source.k")
+    oracle.call("sql", _sql(theirs, INSERTS, upsert, False).replace(*on_k))
+    _ours(spark, ours, INSERTS, upsert, False, on=on_k[1])
+    for uri in (theirs, ours):
+        got = {json.loads(r)["k"]: json.loads(r).get("id") for r in oracle.call("rows", uri)}
+        new = [v for k, v in got.items() if k > 2]
+        assert len(got) == 61 and len(set(got.values())) == 61, uri
+        assert all(v > mark and (v - 10) % 3 == 0 for v in new), f"{uri}: {sorted(new)}"
+        assert _mark(uri) == max(new), uri
+    assert sorted(json.loads(r)["s"] for r in oracle.call("rows", ours)) == \
+        sorted(json.loads(r)["s"] for r in oracle.call("rows", theirs))  # fmt: skip
+    # The same refusals (or not) in both engines.
+    attempts = [
+        ("SELECT 500L AS k, 'x' AS s, 7L AS id", [("notMatched", "insert", None)]),
+        ("SELECT 1L AS k, 7L AS id", [("matched", "update", {"id": "source.id"})]),
+        ("SELECT 1L AS k, 'x' AS s, 7L AS id", [("matched", "update", None)]),
+    ]
+    for source, clauses in attempts:
+        sql = _sql(theirs, source, clauses, False).replace(*on_k)
+        their_error = _attempt(lambda: oracle.call("sql", sql))  # noqa: B023
+        our_error = _attempt(lambda: _ours(spark, ours, source, clauses, False, on=on_k[1]))  # noqa: B023
+        print(f"{how} {clauses}: Delta Spark {their_error or 'committed'}, ours {our_error or 'committed'}")
+        assert (their_error is None) == (our_error is None), (source, clauses, their_error, our_error)
+    # Delta Spark goes on inserting into our copy: no value twice.
+    oracle.call("sql", f"INSERT INTO delta.`{ours}` (k, s) SELECT id + 1000, 'z' FROM range(0, 20)")
+    ids = [json.loads(r).get("id") for r in oracle.call("rows", ours)]
+    assert len(ids) == len(set(ids))

@@ -1,0 +1,168 @@
+"""MERGE with schema evolution (``merge_schema=True``) and on identity columns, on our Spark (local[2]):
+the rules Delta Spark 4.4 follows (probed on it; its own results are compared in
+tests/oracle/test_merge_evolution_agree.py), and refusals by name with nothing committed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.errors import IdentityColumnError
+from airflow_provider_delta.log.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.identity import identity_columns
+from airflow_provider_delta.spark import merge, read, update, write
+
+
+def _table(spark, path: Path, configuration: dict | None = None) -> str:
+    uri = str(path)
+    write(spark.createDataFrame([(1, 1, "a"), (2, 2, "b")], "id long, v int, s string"), uri,
+          configuration=configuration or {})  # fmt: skip
+    return uri
+
+
+def _rows(spark, uri: str) -> list[dict]:
+    return sorted(read(spark, uri).toArrow().to_pylist(), key=lambda r: (r["id"] is None, r["id"] or 0))
+
+
+def _fields(uri: str) -> dict[str, dict]:
+    return {f["name"]: f for f in DeltaTable(uri).snapshot().metadata.schema["fields"]}
+
+
+SOURCE = "SELECT * FROM VALUES (2L, 20, 'x', 7L), (3L, 30, 'y', 8L) AS s(id, v, s, extra)"
+
+
+@pytest.mark.parametrize("configuration", [{}, {"delta.columnMapping.mode": "name"},
+                                           {"delta.enableChangeDataFeed": "true",
+                                            "delta.enableDeletionVectors": "true"}],
+                         ids=["plain", "column-mapping", "cdf-dv"])  # fmt: skip
+def test_star_clauses_add_the_sources_new_columns(spark, tmp_path: Path, configuration: dict):
+    uri = _table(spark, tmp_path / "t", configuration)
+    result = merge(spark.sql(SOURCE), uri, "target.id = source.id", merge_schema=True) \
+        .when_matched_update_all().when_not_matched_insert_all().execute()  # fmt: skip
+    assert _rows(spark, uri) == [{"id": 1, "v": 1, "s": "a", "extra": None},
+                                 {"id": 2, "v": 20, "s": "x", "extra": 7},
+                                 {"id": 3, "v": 30, "s": "y", "extra": 8}]  # fmt: skip
+    extra = _fields(uri)["extra"]
+    assert extra["type"] == "long" and extra["nullable"]
+    if configuration.get("delta.columnMapping.mode"):
+        assert extra["metadata"]["delta.columnMapping.physicalName"] != "extra"
+    if configuration.get("delta.enableChangeDataFeed"):  # change data written under the new schema
+        log = (Path(uri) / "_delta_log" / f"{result.version:020d}.json").read_text().splitlines()
+        cdc = [json.loads(line)["cdc"]["path"] for line in log if '"cdc"' in line]
+        changes = pa.concat_tables([pq.read_table(Path(uri) / p) for p in cdc]).to_pylist()
+        assert sorted((r["_change_type"], r["id"], r["extra"]) for r in changes) == [
+            ("insert", 3, 8), ("update_postimage", 2, 7), ("update_preimage", 2, None)]
+
+
+def test_without_merge_schema_new_columns_are_ignored_and_missing_ones_refused(spark, tmp_path: Path):
+    uri = _table(spark, tmp_path / "t")
+    merge(spark.sql(SOURCE), uri, "target.id = source.id").when_matched_update_all().execute()
+    assert "extra" not in _fields(uri) and _rows(spark, uri)[1] == {"id": 2, "v": 20, "s": "x"}
+    narrow = spark.sql("SELECT 2L AS id, 'z' AS s")
+    with pytest.raises(ColumnNotFoundError, match="lacks column"):
+        merge(narrow, uri, "target.id = source.id").when_matched_update_all().execute()
+    with pytest.raises(ColumnNotFoundError, match="extra"):
+        merge(spark.sql(SOURCE), uri, "target.id = source.id") \
+            .when_matched_update({"extra": "source.extra"}).execute()  # fmt: skip
+    assert DeltaTable(uri).version() == 1
+
+
+def test_explicit_assignments_naming_source_columns_add_them(spark, tmp_path: Path):
+    uri = _table(spark, tmp_path / "t")
+    merge(spark.sql(SOURCE), uri, "target.id = source.id", merge_schema=True) \
+        .when_matched_update({"extra": "source.extra"}) \
+        .when_not_matched_insert({"id": "source.id", "extra": "source.extra + 1"}).execute()  # fmt: skip
+    assert _rows(spark, uri) == [{"id": 1, "v": 1, "s": "a", "extra": None},
+                                 {"id": 2, "v": 2, "s": "b", "extra": 7},
+                                 {"id": 3, "v": None, "s": None, "extra": 9}]  # fmt: skip
+    with pytest.raises(ColumnNotFoundError, match="nor of the source"):
+        merge(spark.sql(SOURCE), uri, "target.id = source.id", merge_schema=True) \
+            .when_matched_update({"nope": "source.v"}).execute()  # fmt: skip
+
+
+def test_a_source_lacking_columns_keeps_them_on_update_and_nulls_them_on_insert(spark, tmp_path: Path):
+    uri = _table(spark, tmp_path / "t")
+    narrow = spark.sql("SELECT * FROM VALUES (2L, 'x'), (3L, 'y') AS s(id, s)")
+    merge(narrow, uri, "target.id = source.id", merge_schema=True).when_matched_update_all() \
+        .when_not_matched_insert_all().execute()  # fmt: skip
+    assert _rows(spark, uri) == [{"id": 1, "v": 1, "s": "a"}, {"id": 2, "v": 2, "s": "x"},
+                                 {"id": 3, "v": None, "s": "y"}]  # fmt: skip
+
+
+WIDE = "SELECT * FROM VALUES (2L, 5000000000L, 'x'), (3L, 3L, 'y') AS s(id, v, s)"
+
+
+def test_type_widening_where_the_table_allows_it(spark, tmp_path: Path):
+    uri = _table(spark, tmp_path / "w", {"delta.enableTypeWidening": "true"})
+    merge(spark.sql(WIDE), uri, "target.id = source.id", merge_schema=True).when_matched_update_all() \
+        .when_not_matched_insert_all().execute()  # fmt: skip
+    v = _fields(uri)["v"]
+    assert v["type"] == "long" and v["metadata"]["delta.typeChanges"] == [{"fromType": "integer",
+                                                                           "toType": "long"}]  # fmt: skip
+    assert [r["v"] for r in _rows(spark, uri)] == [1, 5000000000, 3]
+    # Without merge_schema, or on a table without type widening, values are cast: an overflow fails.
+    plain = _table(spark, tmp_path / "p")
+    widening = _table(spark, tmp_path / "n", {"delta.enableTypeWidening": "true"})
+    for target, evolve in ((plain, True), (widening, False)):
+        with pytest.raises(Exception, match="CAST_OVERFLOW"):
+            merge(spark.sql(WIDE), target, "target.id = source.id", merge_schema=evolve) \
+                .when_matched_update_all().when_not_matched_insert_all().execute()  # fmt: skip
+        assert DeltaTable(target).version() == 0 and _fields(target)["v"]["type"] == "integer"
+
+
+def _identity_table(spark, path: Path, explicit: bool) -> str:
+    md = {"delta.identity.start": "10", "delta.identity.step": "5",
+          "delta.identity.allowExplicitInsert": json.dumps(explicit)}  # fmt: skip
+    uri = str(path)
+    DeltaTable.create(uri, pa.schema([pa.field("id", pa.int64(), metadata=md), ("k", pa.int64()),
+                                      ("s", pa.string())]))  # fmt: skip
+    write(spark.createDataFrame([(1, "a"), (2, "b")], "k long, s string"), uri)
+    return uri
+
+
+def _mark(uri: str) -> int | None:
+    return identity_columns(DeltaTable(uri).snapshot().metadata.schema)[0].high_water_mark
+
+
+def test_merge_inserts_generate_identity_values(spark, tmp_path: Path):
+    uri = _identity_table(spark, tmp_path / "t", explicit=False)
+    mark = _mark(uri)
+    source = spark.range(0, 40).selectExpr("id + 2 AS k", "'n' AS s").repartition(3)
+    merge(source, uri, "target.k = source.k").when_matched_update({"s": "source.s"}) \
+        .when_not_matched_insert({"k": "source.k", "s": "source.s"}).execute()  # fmt: skip
+    rows = _rows(spark, uri)
+    new = [r["id"] for r in rows if r["k"] > 2]
+    assert len(rows) == 41 and len({r["id"] for r in rows}) == 41
+    assert all(v > mark and (v - 10) % 5 == 0 for v in new) and _mark(uri) == max(new)
+    # insert_all under merge_schema without the column: generated too.
+    merge(spark.sql("SELECT 100L AS k, 'm' AS s"), uri, "target.k = source.k", merge_schema=True) \
+        .when_not_matched_insert_all().execute()  # fmt: skip
+    assert _mark(uri) > max(new)
+    version = DeltaTable(uri).version()
+    refused = {
+        "explicit insert": lambda: merge(spark.sql("SELECT 500L AS k, 'x' AS s, 7L AS id"), uri,
+                                         "target.k = source.k").when_not_matched_insert_all().execute(),
+        "update by merge": lambda: merge(spark.sql("SELECT 1L AS k, 7L AS id"), uri, "target.k = source.k")
+                                   .when_matched_update({"id": "source.id"}).execute(),
+        "update by *": lambda: merge(spark.sql("SELECT 1L AS k, 'x' AS s, 7L AS id"), uri,
+                                     "target.k = source.k").when_matched_update_all().execute(),
+        "update": lambda: update(spark, uri, {"id": "5"}, "k = 1"),
+    }  # fmt: skip
+    for name, attempt in refused.items():
+        with pytest.raises(IdentityColumnError, match="identity|IDENTITY"):
+            attempt()
+        assert DeltaTable(uri).version() == version, name
+
+
+def test_explicit_identity_values_where_allowed_do_not_move_the_mark(spark, tmp_path: Path):
+    uri = _identity_table(spark, tmp_path / "t", explicit=True)
+    mark = _mark(uri)
+    source = spark.sql("SELECT * FROM VALUES (9L, 'q', 1000L), (8L, 'r', NULL) AS s(k, s, id)")
+    merge(source, uri, "target.k = source.k").when_not_matched_insert_all().execute()
+    assert {r["k"]: r["id"] for r in _rows(spark, uri) if r["k"] > 2} == {8: None, 9: 1000}
+    assert _mark(uri) == mark
