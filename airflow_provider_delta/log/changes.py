@@ -55,7 +55,7 @@ from .errors import (
 )
 from .expressions import ColumnNotFoundError
 from .protocol import check_read_supported
-from .scan import DEFAULT_READ_AHEAD, ordered
+from .scan import DEFAULT_READ_AHEAD, batches_in_order
 from .scan_file import read_spec_of
 from .schema_evolution import SchemaBreak, schema_break
 from .segment import commit_name, commit_version
@@ -131,9 +131,7 @@ class Changes:
         def read(task: ChangeTask) -> list[pa.RecordBatch]:
             return list(read_change_task(task, spec, cdc_spec, store.fs, store.root))
 
-        for batches in ordered(self.tasks, read, self.read_ahead):
-            for batch in batches:
-                yield batch if batch.schema == schema else batch.cast(schema)
+        yield from batches_in_order(self.tasks, read, self.read_ahead, schema)
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())

@@ -16,7 +16,7 @@ Both hand off to pandas (``to_pandas()``), Polars (``polars.from_arrow``) and Du
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -156,13 +156,11 @@ class Scan:
         """Batches file by file, in log order; at most ``read_ahead`` files (or groups of small files) are
         read or held at once."""
         store = self.snapshot.store
-        schema = self.schema
+
         def read(group: list[FileTask]) -> list[pa.RecordBatch]:
             return [b for task in group for b in read_data_file(task, self.spec, store.fs, store.root)]
 
-        for batches in ordered(self._groups(), read, self.read_ahead):
-            for batch in batches:
-                yield batch if batch.schema == schema else batch.cast(schema)
+        yield from batches_in_order(self._groups(), read, self.read_ahead, self.schema)
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
@@ -182,6 +180,16 @@ def _resolve(name: str, by_lower: dict[str, str], where: str, context: Any = Non
             f"column {name!r}{what} is not in {where} (columns: {', '.join(by_lower.values())})"
         )
     return found
+
+
+def batches_in_order(units: Iterable[Any], read: Callable[[Any], list[pa.RecordBatch]], read_ahead: int,
+                     schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The batches ``read`` makes of each unit (a group of files, a change task), in order with a few read
+    ahead, each in ``schema`` (a file without some nullable column gives a narrower batch): what every
+    streaming read of this module's callers yields."""
+    for batches in ordered(units, read, read_ahead):
+        for batch in batches:
+            yield batch if batch.schema == schema else batch.cast(schema)
 
 
 def ordered(items: Iterable[Any], work: Any, window: int) -> Iterator[Any]:
