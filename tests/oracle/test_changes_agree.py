@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from oracle_client import Oracle, OracleError
+from test_row_changes_agree import create_empty as _create
 
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.errors import IncompatibleSchemaChangeError
@@ -27,16 +28,6 @@ CASES = {  # name: (deletion vectors, column mapping, partitioned)
     "rewrite-column-mapping": (False, True, False),
 }
 COLUMNS = ("id", "v", "s", "p")
-
-
-def _create(oracle: Oracle, uri: str, dv: bool, cm: bool, partitioned: bool) -> None:
-    props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": str(dv).lower()}
-    if cm:
-        props["delta.columnMapping.mode"] = "name"
-    shown = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
-    by = " PARTITIONED BY (p)" if partitioned else ""
-    oracle.call("sql", f"CREATE TABLE delta.`{uri}` (id BIGINT, v BIGINT, s STRING, p STRING) USING delta"
-                       f"{by} TBLPROPERTIES ({shown})")  # fmt: skip
 
 
 def _step(rng: random.Random, uri: str, i: int) -> str:

@@ -54,6 +54,15 @@ def _condition(rng: random.Random) -> str:
 
 
 def _create(oracle: Oracle, uri: str, dv: bool, cm: bool, partitioned: bool) -> None:
+    create_empty(oracle, uri, dv, cm, partitioned)
+    for lo, hi in [(0, 60), (60, 130), (130, 200)]:
+        oracle.call("sql", f"INSERT INTO delta.`{uri}` SELECT id, CASE WHEN id % 11 = 0 THEN NULL ELSE "
+                           f"(id * 37) % 100 END, concat('s', id), char(97 + id % 3) "
+                           f"FROM range({lo}, {hi}, 1, 2)")  # fmt: skip
+
+
+def create_empty(oracle: Oracle, uri: str, dv: bool, cm: bool, partitioned: bool) -> None:
+    """Delta Spark creates the table (id, v, s, p) with change data on; shared with test_changes_agree."""
     props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": str(dv).lower()}
     if cm:
         props["delta.columnMapping.mode"] = "name"
@@ -61,10 +70,6 @@ def _create(oracle: Oracle, uri: str, dv: bool, cm: bool, partitioned: bool) -> 
     by = " PARTITIONED BY (p)" if partitioned else ""
     oracle.call("sql", f"CREATE TABLE delta.`{uri}` (id BIGINT, v BIGINT, s STRING, p STRING) USING delta"
                        f"{by} TBLPROPERTIES ({shown})")  # fmt: skip
-    for lo, hi in [(0, 60), (60, 130), (130, 200)]:
-        oracle.call("sql", f"INSERT INTO delta.`{uri}` SELECT id, CASE WHEN id % 11 = 0 THEN NULL ELSE "
-                           f"(id * 37) % 100 END, concat('s', id), char(97 + id % 3) "
-                           f"FROM range({lo}, {hi}, 1, 2)")  # fmt: skip
 
 
 def _source_sql(rng: random.Random) -> str:
