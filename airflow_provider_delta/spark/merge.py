@@ -30,6 +30,7 @@ from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.errors import MergeCardinalityError
 from airflow_provider_delta.log.identity import IdentityColumn
 
+from .constraints import generated_columns, quote
 from .merge_clause import Clause
 from .merge_evolution import evolve, generated_identity, named_assignments
 from .merge_pruning import join_columns, merge_files, not_broadcast, semi_joined
@@ -47,6 +48,7 @@ from .row_changes import (
     condition_text,
     files_named,
     num_records,
+    regenerated,
     row_indexes,
     target_rows,
     tracking,
@@ -183,10 +185,12 @@ def _plan(target: Target, joined: DataFrame, builder: MergeBuilder, t_alias: str
     source_by_lower = {c.lower(): c for c in source_columns}
     expressions: dict[str, Any] = {}
     generated: dict[int, list[IdentityColumn]] = {}
+    assigned_by: list[set[str]] = []
     for i, c in enumerate(clauses):
         if c.condition is not None:
             expressions[f"condition of clause {i + 1} ({c.when} {c.action})"] = c.condition
         assigned = named_assignments(target, c, source_by_lower, s_alias, builder.merge_schema)
+        assigned_by.append(set(assigned))
         for name, value in assigned.items():
             expressions[f"value of {name} in clause {i + 1} ({c.when} {c.action})"] = value
         if columns := generated_identity(target, c, assigned):
@@ -221,9 +225,31 @@ def _plan(target: Target, joined: DataFrame, builder: MergeBuilder, t_alias: str
         outputs.append(value.alias(f"__o{j}"))
     olds = [F.col(f"{t_alias}.`{name}`").alias(f"__t{j}") for j, name in enumerate(names)]
     ids = tracking(target, F.col(f"{t_alias}.{ROW_ID}"), F.col(f"{t_alias}.{ROW_VERSION}"))
-    return joined.select(F.col(f"{t_alias}.{PATH}").alias(PATH), F.col(f"{t_alias}.{INDEX}").alias(INDEX),
+    plan = joined.select(F.col(f"{t_alias}.{PATH}").alias(PATH), F.col(f"{t_alias}.{INDEX}").alias(INDEX),
                          is_t.alias(_T), is_s.alias(_S), clause.alias(_CLAUSE), kind.alias(_KIND),
                          *olds, *outputs, *ids)  # fmt: skip
+    return _generation(plan, target, clauses, assigned_by)
+
+
+def _generation(plan: DataFrame, target: Target, clauses: list[Clause], assigned_by: list[set[str]]
+                ) -> DataFrame:  # fmt: skip
+    """The plan with each generated column computed from the values its row gets, for the update and
+    insert clauses that do not set it (Delta Spark's MERGE resolves them so; see ``regenerated``)."""
+    from pyspark.sql import functions as F
+
+    generated = list(generated_columns(target.metadata.schema))
+    if not generated:
+        return plan
+    names = target.columns
+    values = plan.withColumns({name: F.col(f"__o{j}") for j, name in enumerate(names)})
+    for name in generated:
+        writers = [i for i, c in enumerate(clauses)
+                   if c.action != "delete" and name not in assigned_by[i]]  # fmt: skip
+        if writers:
+            others = [g for g in generated if g != name]
+            values = regenerated(values, target, others, F.col(_CLAUSE).isin(writers))
+    position = {name: j for j, name in enumerate(names)}
+    return values.withColumns({f"__o{position[g]}": F.col(quote(g)) for g in generated}).drop(*names)
 
 
 def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any, started: float

@@ -42,7 +42,7 @@ from airflow_provider_delta.log.row_deletion import delete_metrics
 from airflow_provider_delta.log.scan import Scan
 from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
 
-from .constraints import check, table_rules
+from .constraints import check, generated_columns, quote, table_rules
 from .data_files import WritePlan
 from .native_read import native_read_blocker, native_rows
 from .read import read_files
@@ -213,7 +213,7 @@ def _evolved_columns(target: Target, read: set[str] | None) -> list[Column]:
     from pyspark.sql import functions as F
 
     if not target.evolved and read is None:
-        return [F.col(_quoted(c)) for c in target.columns]
+        return [F.col(quote(c)) for c in target.columns]
     old = {f["name"]: f["type"] for f in target.snap.metadata.schema["fields"]}
     types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
     out = []
@@ -222,9 +222,9 @@ def _evolved_columns(target: Target, read: set[str] | None) -> list[Column]:
         if name not in old or (read is not None and name not in read):
             out.append(F.lit(None).cast(types[name]).alias(name))
         elif old[name] != f["type"]:
-            out.append(F.col(_quoted(name)).cast(types[name]).alias(name))
+            out.append(F.col(quote(name)).cast(types[name]).alias(name))
         else:
-            out.append(F.col(_quoted(name)))
+            out.append(F.col(quote(name)))
     return out
 
 
@@ -240,6 +240,27 @@ def tracking(target: Target, row_id: Column | None, version: Column | None) -> l
     none = F.lit(None).cast("long")
     return [(none if row_id is None else row_id).alias(ROW_ID),
             (none if version is None else version).alias(ROW_VERSION)]  # fmt: skip
+
+
+def regenerated(rows: DataFrame, target: Target, given: Collection[str], only: Column | None = None
+                ) -> DataFrame:  # fmt: skip
+    """``rows`` (the table's columns holding their new values) with every generated column the statement
+    does not set computed again from its generation expression over those new values, as Delta Spark's
+    UPDATE and MERGE do ("Generated Columns"); a value the statement sets is kept, and checked by the
+    table's rules when written. Where ``only`` is false, the column keeps the value it has."""
+    from pyspark.sql import functions as F
+
+    set_ = {name.lower() for name in given}
+    generated = generated_columns(target.metadata.schema)
+    expressions = {n: e for n, e in generated.items() if n.lower() not in set_}
+    if not expressions:
+        return rows
+    types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
+    values = {}
+    for name, expression in expressions.items():
+        value = F.expr(expression).cast(types[name])
+        values[name] = value if only is None else F.when(only, value).otherwise(F.col(quote(name)))
+    return rows.withColumns(values)
 
 
 def row_indexes(hits: pa.Table) -> dict[str, list[int]]:
@@ -266,7 +287,7 @@ def write_rows(target: Target, rows: DataFrame) -> list[AddFile]:
     check(rows, table_rules(md.schema, dict(md.configuration)))
     kept = target.kept or ()
     if kept:
-        rows = rows.select(*[F.col(_quoted(c)) for c in target.columns], F.col(ROW_ID).alias(kept[0]),
+        rows = rows.select(*[F.col(quote(c)) for c in target.columns], F.col(ROW_ID).alias(kept[0]),
                            F.col(ROW_VERSION).alias(kept[1]))  # fmt: skip
     plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns),
                      hidden_columns=kept)  # fmt: skip
@@ -278,11 +299,7 @@ def change_rows(target: Target, rows: DataFrame, change_type: str | Column) -> p
     from pyspark.sql import functions as F
 
     kind = F.lit(change_type) if isinstance(change_type, str) else change_type
-    return rows.select(*[F.col(_quoted(c)) for c in target.columns], kind.alias(CHANGE_TYPE)).toArrow()
-
-
-def _quoted(name: str) -> str:
-    return f"`{name.replace('`', '``')}`"
+    return rows.select(*[F.col(quote(c)) for c in target.columns], kind.alias(CHANGE_TYPE)).toArrow()
 
 
 def num_records(adds: Iterable[AddFile]) -> int:

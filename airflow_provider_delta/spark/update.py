@@ -9,7 +9,8 @@ The files skipping keeps for the condition are scanned for matching rows (``_met
 With the change data feed on, the old and new versions of the updated rows are written as
 ``update_preimage`` / ``update_postimage`` change data (readers cannot infer those). New values are cast to
 the column's type (an impossible cast fails before anything is written) and checked against the table's
-rules (invariants, CHECK constraints, generated columns, NOT NULL).
+rules (invariants, CHECK constraints, generated columns, NOT NULL). A generated column the UPDATE does not
+set is computed again from the new values, as Delta Spark does.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .row_changes import (
     files_named,
     num_records,
     referenced,
+    regenerated,
     row_indexes,
     target_rows,
     tracking,
@@ -49,6 +51,8 @@ from .target import Target, open_target
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+_MATCHED = "__delta_matched"  # a rewritten row the UPDATE changes
 
 
 def update(
@@ -93,12 +97,15 @@ def update(
     touched = files_named(files, hits)
     old = target_rows(spark, target, touched)
     updated = old.where(matched).select(*new, *tracking(target, F.col(ROW_ID), None))
+    updated = regenerated(updated, target, set)
     if target.deletion_vectors:
         changes.deletes = hits
         changes.adds = write_rows(target, updated)
     else:
         version = F.when(~matched, F.col(ROW_VERSION)) if target.kept else None
-        rewritten = old.select(*_choose(target, matched, new), *tracking(target, F.col(ROW_ID), version))
+        chosen = old.select(*_choose(target, matched, new), matched.alias(_MATCHED),
+                            *tracking(target, F.col(ROW_ID), version))  # fmt: skip
+        rewritten = regenerated(chosen, target, set, F.col(_MATCHED)).drop(_MATCHED)
         changes.adds = write_rows(target, rewritten)
         changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
     if target.change_data:

@@ -23,7 +23,7 @@ from oracle_compare import our_rows
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.errors import DeltaError
 from airflow_provider_delta.log.identity import identity_columns
-from airflow_provider_delta.spark import merge
+from airflow_provider_delta.spark import merge, update
 
 BASE = "(id BIGINT, v INT, s STRING)"
 ROWS = "VALUES (1, 1, 'a'), (2, 2, 'b'), (4, 4, 'd')"
@@ -159,3 +159,44 @@ def test_identity_values_on_merge_inserts_follow_delta_sparks_rules(
     oracle.call("sql", f"INSERT INTO delta.`{ours}` (k, s) SELECT id + 1000, 'z' FROM range(0, 20)")
     ids = [json.loads(r).get("id") for r in oracle.call("rows", ours)]
     assert len(ids) == len(set(ids))
+
+
+GENERATED = ("(id BIGINT, v INT, g INT GENERATED ALWAYS AS (v * 10), d DATE, "
+             "y INT GENERATED ALWAYS AS (year(d))) USING delta")  # fmt: skip
+CHANGES = "SELECT * FROM VALUES (2L, 5, DATE'2031-02-03'), (3L, 7, DATE'2032-04-05') AS s(id, v, d)"
+
+
+@pytest.mark.parametrize("layout", ["deletion-vectors", "rewrite"])
+def test_generated_columns_follow_updates_and_merges_as_in_delta_spark(
+    oracle: Oracle, spark: Any, tmp_path: Path, layout: str
+):
+    """A generated column the statement does not set is computed from the row's new values (UPDATE, MERGE
+    update and insert, ``INSERT *`` under schema evolution from a source without it); a value set by hand
+    must equal the expression, or both engines refuse."""
+    theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
+    dv = "true" if layout == "deletion-vectors" else "false"
+    oracle.call("sql", f"CREATE TABLE delta.`{theirs}` {GENERATED} "
+                       f"TBLPROPERTIES ('delta.enableDeletionVectors' = '{dv}')")  # fmt: skip
+    oracle.call("sql", f"INSERT INTO delta.`{theirs}` (id, v, d) VALUES (1, 1, DATE'2020-01-01'), "
+                       "(2, 2, DATE'2021-06-30'), (4, 4, NULL)")  # fmt: skip
+    shutil.copytree(theirs, ours)
+    upsert = [("matched", "update", {"v": "source.v"}),
+              ("notMatched", "insert", {"id": "source.id", "v": "source.v", "d": "source.d"})]  # fmt: skip
+    narrow = CHANGES.replace("2L, 5", "5L, 9").replace("3L", "4L")  # no g, y: INSERT * / UPDATE * evolve
+    steps = [
+        (f"UPDATE delta.`{theirs}` SET v = v + 1, d = DATE'2029-12-31' WHERE id = 1",
+         lambda: update(spark, ours, {"v": "v + 1", "d": "DATE'2029-12-31'"}, "id = 1")),
+        (_sql(theirs, CHANGES, upsert, False), lambda: _ours(spark, ours, CHANGES, upsert, False)),
+        (_sql(theirs, narrow, UPSERT, True), lambda: _ours(spark, ours, narrow, UPSERT, True)),
+    ]  # fmt: skip
+    for sql, ours_run in steps:
+        oracle.call("sql", sql)
+        ours_run()
+        rows = oracle.call("rows", theirs)
+        assert oracle.call("rows", ours) == rows and our_rows(spark, ours) == rows, sql
+    version = DeltaTable(ours).version()
+    wrong = [("matched", "update", {"g": "source.v"})]
+    their_error = _attempt(lambda: oracle.call("sql", _sql(theirs, CHANGES, wrong, False)))
+    our_error = _attempt(lambda: _ours(spark, ours, CHANGES, wrong, False))
+    assert their_error is not None and our_error is not None, (their_error, our_error)
+    assert DeltaTable(ours).version() == version

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import IdentityColumnError
+from airflow_provider_delta.log.errors import ConstraintViolationError, IdentityColumnError
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.identity import identity_columns
 from airflow_provider_delta.spark import merge, read, update, write
@@ -166,3 +166,22 @@ def test_explicit_identity_values_where_allowed_do_not_move_the_mark(spark, tmp_
     merge(source, uri, "target.k = source.k").when_not_matched_insert_all().execute()
     assert {r["k"]: r["id"] for r in _rows(spark, uri) if r["k"] > 2} == {8: None, 9: 1000}
     assert _mark(uri) == mark
+
+
+@pytest.mark.parametrize("dv", [False, True], ids=["rewrite", "deletion-vectors"])
+def test_generated_columns_are_computed_from_the_new_values(spark, tmp_path: Path, dv: bool):
+    uri = str(tmp_path / "t")
+    g = pa.field("g", pa.int64(), metadata={"delta.generationExpression": "v * 10"})
+    DeltaTable.create(uri, pa.schema([("id", pa.int64()), ("v", pa.int64()), g]),
+                      configuration={"delta.enableDeletionVectors": json.dumps(dv)})  # fmt: skip
+    write(spark.createDataFrame([(1, 1), (2, 2)], "id long, v long"), uri)
+    update(spark, uri, {"v": "v + 5"}, "id = 1")
+    assert [(r["id"], r["v"], r["g"]) for r in _rows(spark, uri)] == [(1, 6, 60), (2, 2, 20)]
+    source = spark.sql("SELECT * FROM VALUES (2L, 7L), (3L, 8L) AS s(id, v)")
+    merge(source, uri, "target.id = source.id").when_matched_update({"v": "source.v"}) \
+        .when_not_matched_insert({"id": "source.id", "v": "source.v"}).execute()  # fmt: skip
+    assert [(r["id"], r["v"], r["g"]) for r in _rows(spark, uri)] == [(1, 6, 60), (2, 7, 70), (3, 8, 80)]
+    version = DeltaTable(uri).version()
+    with pytest.raises(ConstraintViolationError, match="g"):  # a value set by hand must equal the expression
+        update(spark, uri, {"g": "1"}, "id = 3")
+    assert DeltaTable(uri).version() == version
