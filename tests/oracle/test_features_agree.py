@@ -102,8 +102,12 @@ def _create(oracle: Oracle, uri: str, case: Case) -> None:
 def append_arrow(table: DeltaTable, keys: list[int], before_commit: Any = None) -> tuple[Any, list[AddFile]]:
     """An append through the core, as an Arrow writer does it: identity values generated from the table's
     rules, the row ids and the marks left to the transaction; ``before_commit`` runs between writing the
-    file and committing (another writer's turn). Returns the CommitResult and the adds committed."""
-    snap = table.snapshot()
+    file and committing (another writer's turn). Returns the CommitResult and the adds committed.
+
+    The values are generated from the transaction's own snapshot: one taken before it would miss an
+    identity mark another writer moved in between, and the commit would refuse the values as stale."""
+    txn = table.transaction()
+    snap = txn.snapshot
     schema = snap.metadata.schema
     names = {f["name"] for f in schema["fields"]}
     data = pa.table({"k": pa.array(keys, pa.int32()), "s": [f"s{k}" for k in keys]})
@@ -117,7 +121,7 @@ def append_arrow(table: DeltaTable, keys: list[int], before_commit: Any = None) 
     physical = delta_schema_to_arrow(schema, physical=True)
     rel = f"ours-{uuid.uuid4()}.parquet"
     pq.write_table(data.select(physical.names).cast(physical), Path(table.uri) / rel)
-    txn = table.transaction().add_files([add_file_from_parquet(snap, rel)])
+    txn.add_files([add_file_from_parquet(snap, rel)])
     if before_commit is not None:
         before_commit()
     result = txn.set_identity_high_water_marks(generated.high_water_marks).commit()
