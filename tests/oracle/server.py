@@ -45,8 +45,16 @@ def session(jars: list[str], warehouse: str) -> Any:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.warehouse.dir": warehouse,
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse} -XX:TieredStopAtLevel=1",
+        # C1 only (a test JVM lives minutes: C2's compile time does not pay back); a code cache big enough for
+        # a JVM shared by every oracle module (C1's default 48 MiB filled within a minute, which stops
+        # compilation and then fails tasks with "Out of space in CodeCache").
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse} -XX:TieredStopAtLevel=1 "
+                                         "-XX:ReservedCodeCacheSize=256m",
         "spark.sql.codegen.wholeStage": "false",
+        # Interpreted expressions and no adaptive re-planning: the oracle's queries touch a few rows, and
+        # generating, compiling and re-planning cost it 10 % of its CPU time (same results either way).
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.adaptive.enabled": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",

@@ -94,15 +94,31 @@ def _attempt(run: Any) -> str | None:
     return None
 
 
+@pytest.fixture(scope="module")
+def base_tables(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The table Delta Spark creates and fills for a set of properties, made once per set for the
+    module; each case works on two fresh copies of it."""
+    made: dict[str, Path] = {}
+
+    def base(props: dict) -> Path:
+        shown = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        if shown not in made:
+            path = tmp_path_factory.mktemp("base") / "table"
+            oracle.call("sql", f"CREATE TABLE delta.`{path}` {BASE} USING delta"
+                               + (f" TBLPROPERTIES ({shown})" if shown else ""))  # fmt: skip
+            oracle.call("sql", f"INSERT INTO delta.`{path}` {ROWS}")
+            made[shown] = path
+        return made[shown]
+
+    return base
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_merge_schema_evolution_agrees(oracle: Oracle, spark: Any, tmp_path: Path, case: str):
+def test_merge_schema_evolution_agrees(oracle: Oracle, spark: Any, tmp_path: Path, case: str, base_tables):
     props, source, clauses, evolve = CASES[case]
     theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
-    shown = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
-    oracle.call("sql", f"CREATE TABLE delta.`{theirs}` {BASE} USING delta"
-                       + (f" TBLPROPERTIES ({shown})" if shown else ""))  # fmt: skip
-    oracle.call("sql", f"INSERT INTO delta.`{theirs}` {ROWS}")
-    shutil.copytree(theirs, ours)
+    shutil.copytree(base_tables(props), theirs)
+    shutil.copytree(base_tables(props), ours)
     their_error = _attempt(lambda: oracle.call("sql", _sql(theirs, source, clauses, evolve)))
     our_error = _attempt(lambda: _ours(spark, ours, source, clauses, evolve))
     print(f"{case}: Delta Spark {their_error or 'committed'}, ours {our_error or 'committed'}")
