@@ -31,7 +31,7 @@ from .properties import (
 from .protocol import check_read_supported
 from .replay import CheckpointReadError, TableState, apply_commits, replay
 from .schema import delta_schema_to_arrow
-from .segment import LogSegment, SegmentBuilder, commit_name, commit_version
+from .segment import LogSegment, SegmentBuilder, commit_name, commit_version, group_checkpoints
 from .stats import typed_file_stats
 from .storage import FileMeta, LogStore
 
@@ -196,8 +196,10 @@ def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
 
     One listing from ``snap.version`` when nothing is new. The snapshot is trusted only while the log still
     agrees with it: when the commit it ends with is now a different file (a writer filled a prefix that log
-    cleanup had deleted), or the commits after it are not all there (cleanup is deleting them), the table is
-    loaded afresh from its newest checkpoint.
+    cleanup had deleted), the commits after it are not all there (cleanup is deleting them), or that commit
+    is gone and a checkpoint was written after it (cleanup ran past the snapshot, and a commit below the
+    checkpoint may have been filled again by a stale writer), the table is loaded afresh from its newest
+    checkpoint.
     """
     store = snap.store
     listed = store.list_log(snap.version)
@@ -211,7 +213,11 @@ def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
     )
     later = sorted(v for v in commits if v > snap.version)
     new = [commits[v] for i, v in enumerate(later) if v == snap.version + 1 + i]
-    if changed or len(new) != len(later):
+    # The snapshot's own commit gone and a checkpoint after it: log cleanup deleted the commits below that
+    # checkpoint, and a stale writer may have filled one of them again (a file no reader that starts from
+    # the checkpoint sees), so the commits up to it are not applied on top of what the snapshot had.
+    overtaken = snap.version not in commits and any(v > snap.version for v in group_checkpoints(listed))
+    if changed or len(new) != len(later) or overtaken:
         if changed:
             log.warning("%s changed since it was read; loading %s afresh", own.name, store.uri)
         return load_snapshot(

@@ -249,6 +249,29 @@ def test_an_incremental_update_does_not_apply_a_commit_written_into_a_cleaned_up
     assert sorted(snap.file_paths()) == _readers_see(table)
 
 
+def test_an_incremental_update_does_not_apply_a_refilled_commit_right_after_it(table: DeltaTable):
+    """The chaos run's case (S3, seed 1): the hole is the very next version and the commit at the checkpoint
+    is still there, so the commits after the snapshot look complete; the checkpoint must win. Before the
+    fix a writer's retry saw its own invisible commit's app version and acknowledged a batch no reader had."""
+    handle = DeltaTable(table.uri)
+    assert handle.snapshot().version == 3
+    _advance_and_clean(table, commits=2)  # 4, 5, checkpoint 5, commits 0..4 deleted
+    assert commit_name(4) not in _log_names(table) and commit_name(5) in _log_names(table)
+    put_if_absent(
+        table.store,
+        commit_name(4),
+        b'{"commitInfo":{"operation":"WRITE"}}\n{"txn":{"appId":"stale","version":15}}\n'
+        b'{"add":{"path":"bogus.parquet","partitionValues":{"p":"a"},"size":1,"modificationTime":1,'
+        b'"dataChange":true}}\n',
+    )
+
+    snap = handle.snapshot()
+
+    assert snap.version == 5 and "bogus.parquet" not in snap.file_paths()
+    assert "stale" not in snap.app_transactions
+    assert sorted(snap.file_paths()) == _readers_see(table)
+
+
 def test_an_incremental_update_reloads_when_the_commits_after_it_are_gone(table: DeltaTable):
     handle = DeltaTable(table.uri)
     assert handle.snapshot().version == 3
