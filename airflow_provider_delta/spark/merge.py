@@ -237,19 +237,18 @@ def _generation(plan: DataFrame, target: Target, clauses: list[Clause], assigned
     insert clauses that do not set it (Delta Spark's MERGE resolves them so; see ``regenerated``)."""
     from pyspark.sql import functions as F
 
-    generated = list(generated_columns(target.metadata.schema))
-    if not generated:
-        return plan
     names = target.columns
-    values = plan.withColumns({name: F.col(f"__o{j}") for j, name in enumerate(names)})
-    for name in generated:
-        writers = [i for i, c in enumerate(clauses)
-                   if c.action != "delete" and name not in assigned_by[i]]  # fmt: skip
+    where = {}
+    for name in generated_columns(target.metadata.schema):
+        writers = [i for i, c in enumerate(clauses) if c.action != "delete" and name not in assigned_by[i]]
         if writers:
-            others = [g for g in generated if g != name]
-            values = regenerated(values, target, others, F.col(_CLAUSE).isin(writers))
+            where[name] = F.col(_CLAUSE).isin(writers)
+    if not where:
+        return plan
+    values = regenerated(plan.withColumns({name: F.col(f"__o{j}") for j, name in enumerate(names)}),
+                         target, where)  # fmt: skip
     position = {name: j for j, name in enumerate(names)}
-    return values.withColumns({f"__o{position[g]}": F.col(quote(g)) for g in generated}).drop(*names)
+    return values.withColumns({f"__o{position[g]}": F.col(quote(g)) for g in where}).drop(*names)
 
 
 def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any, started: float

@@ -242,25 +242,29 @@ def tracking(target: Target, row_id: Column | None, version: Column | None) -> l
             (none if version is None else version).alias(ROW_VERSION)]  # fmt: skip
 
 
-def regenerated(rows: DataFrame, target: Target, given: Collection[str], only: Column | None = None
-                ) -> DataFrame:  # fmt: skip
-    """``rows`` (the table's columns holding their new values) with every generated column the statement
-    does not set computed again from its generation expression over those new values, as Delta Spark's
-    UPDATE and MERGE do ("Generated Columns"); a value the statement sets is kept, and checked by the
-    table's rules when written. Where ``only`` is false, the column keeps the value it has."""
+def regenerated(rows: DataFrame, target: Target, where: Mapping[str, Column | None]) -> DataFrame:
+    """``rows`` (the table's columns holding their new values) with the generated columns ``where`` names
+    computed again from their generation expressions over those new values, as Delta Spark's UPDATE and
+    MERGE do for a generated column the statement does not set ("Generated Columns"); a value a statement
+    sets is kept, and checked by the table's rules when written. ``where`` maps a column to the rows to
+    compute it on (None: all); elsewhere it keeps the value it has."""
     from pyspark.sql import functions as F
 
-    set_ = {name.lower() for name in given}
-    generated = generated_columns(target.metadata.schema)
-    expressions = {n: e for n, e in generated.items() if n.lower() not in set_}
-    if not expressions:
+    if not where:
         return rows
+    expressions = generated_columns(target.metadata.schema)
     types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
     values = {}
-    for name, expression in expressions.items():
-        value = F.expr(expression).cast(types[name])
+    for name, only in where.items():
+        value = F.expr(expressions[name]).cast(types[name])
         values[name] = value if only is None else F.when(only, value).otherwise(F.col(quote(name)))
     return rows.withColumns(values)
+
+
+def not_set(target: Target, given: Collection[str]) -> list[str]:
+    """The table's generated columns that ``given`` (column names, any case) does not set."""
+    names = {name.lower() for name in given}
+    return [g for g in generated_columns(target.metadata.schema) if g.lower() not in names]
 
 
 def row_indexes(hits: pa.Table) -> dict[str, list[int]]:

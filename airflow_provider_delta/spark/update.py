@@ -38,6 +38,7 @@ from .row_changes import (
     commit,
     condition_text,
     files_named,
+    not_set,
     num_records,
     referenced,
     regenerated,
@@ -97,7 +98,8 @@ def update(
     touched = files_named(files, hits)
     old = target_rows(spark, target, touched)
     updated = old.where(matched).select(*new, *tracking(target, F.col(ROW_ID), None))
-    updated = regenerated(updated, target, set)
+    computed = not_set(target, set)  # generated columns the UPDATE leaves to their expressions
+    updated = regenerated(updated, target, dict.fromkeys(computed))
     if target.deletion_vectors:
         changes.deletes = hits
         changes.adds = write_rows(target, updated)
@@ -105,7 +107,7 @@ def update(
         version = F.when(~matched, F.col(ROW_VERSION)) if target.kept else None
         chosen = old.select(*_choose(target, matched, new), matched.alias(_MATCHED),
                             *tracking(target, F.col(ROW_ID), version))  # fmt: skip
-        rewritten = regenerated(chosen, target, set, F.col(_MATCHED)).drop(_MATCHED)
+        rewritten = regenerated(chosen, target, dict.fromkeys(computed, F.col(_MATCHED))).drop(_MATCHED)
         changes.adds = write_rows(target, rewritten)
         changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
     if target.change_data:
