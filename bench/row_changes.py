@@ -9,7 +9,9 @@ fresh copy (data files hard-linked, the log copied: both engines only add files)
 
 - merge: a 100,000-row change batch, half updates of rows spread over every file (every 100th id), half
   new ids; ``WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *`` on ``id``;
-- delete: ``DELETE WHERE id % 100 = 7`` (1 % of the rows, in every file).
+- delete: ``DELETE WHERE id % 100 = 7`` (1 % of the rows, in every file);
+- optimize (issue 15's Spark path): compaction of ``bench.optimize``'s table of 10,000 files of 50 rows
+  into one, ``airflow_provider_delta.spark.optimize`` against ``OPTIMIZE delta.`path```.
 
 One unrecorded warm-up round, then ``--runs`` rounds; in each round every case runs on both engines, who
 goes first swapping each round. Only the operation is timed (the source DataFrame is defined before the
@@ -30,6 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from . import optimize
+
 ROWS, BATCH, FILES = 5_000_000, 100_000, 8
 GOAL = 1.0  # ours / Delta Spark, median wall: at most as slow
 CONF = {  # the one set of session settings both engines use
@@ -41,7 +45,7 @@ CONF = {  # the one set of session settings both engines use
     "spark.sql.session.timeZone": "UTC",
     "spark.databricks.delta.snapshotPartitions": "2",  # Delta Spark's state reconstruction on 2 cores
 }
-CASES = [(op, layout) for layout in ("dv", "rewrite") for op in ("merge", "delete")]
+CASES = [(op, layout) for layout in ("dv", "rewrite") for op in ("merge", "delete")] + [("optimize", "small")]
 _ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("row_changes_worker.py")
 _GENERATOR_VERSION = 1
@@ -51,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(runs=3)  # Spark runs are long: 3 by default, not 5
     parser.add_argument("--rows", type=int, default=ROWS, help=f"rows of the table (default {ROWS:,})")
     parser.add_argument("--batch", type=int, default=BATCH, help=f"MERGE source rows (default {BATCH:,})")
+    parser.add_argument("--cases", default=",".join(f"{op}-{layout}" for op, layout in CASES),
+                        help="comma-separated cases to run (default: all)")  # fmt: skip
     parser.add_argument("--oracle-home", type=Path, default=_ROOT / ".oracle",
                         help="Delta Spark's venv and jars (default .oracle: `make oracle`)")  # fmt: skip
 
@@ -98,6 +104,8 @@ def _check(engine: str, op: str, m: dict[str, Any], rows: int, batch: int) -> No
     if op == "merge":
         got = (m["numTargetRowsUpdated"], m["numTargetRowsInserted"], m["numTargetRowsDeleted"])
         want = (batch // 2, batch - batch // 2, 0)
+    elif op == "optimize":
+        got, want = (int(m["numRemovedFiles"]), int(m["numAddedFiles"])), (optimize.FILES, 1)
     else:
         got, want = (m["numDeletedRows"],), (len(range(7, rows, 100)),)
     if got != want:
@@ -114,6 +122,7 @@ def _tables(delta: Worker, data_dir: Path, rows: int) -> dict[str, Path]:
             delta.call(op="build", path=str(path), dv=layout == "dv", rows=rows, files=FILES)
             (path / "_complete").touch()
         out[layout] = path
+    out["small"] = optimize.ensure_table(data_dir)
     return out
 
 
@@ -129,15 +138,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base.mkdir(parents=True)
     load_before = os.getloadavg()
     workers = {"delta": Worker("delta", str(python), theirs_env, str(jars))}
+    cases = [(op, layout) for op, layout in CASES if f"{op}-{layout}" in args.cases.split(",")]
     samples: dict[str, dict[str, list[float]]] = {f"{op}-{layout}": {"ours": [], "delta": []}
-                                                  for op, layout in CASES}  # fmt: skip
+                                                  for op, layout in cases}  # fmt: skip
     metrics: dict[str, dict[str, Any]] = {}
     try:
         tables = _tables(workers["delta"], Path(args.data_dir), args.rows)
         workers["ours"] = Worker("ours", sys.executable, env)
         last: dict[tuple[str, str], Path] = {}
         for r in range(-1, args.runs):
-            for op, layout in CASES:
+            for op, layout in cases:
                 engines = ["ours", "delta"] if r % 2 == 0 else ["delta", "ours"]
                 for engine in engines:
                     copy = _copy(tables[layout], base, f"{engine}-{op}-{layout}")
@@ -153,7 +163,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         shutil.rmtree(previous)
                     last[(engine, f"{op}-{layout}")] = copy
         expected = {"merge": args.rows + args.batch - args.batch // 2,
-                    "delete": args.rows - len(range(7, args.rows, 100))}  # fmt: skip
+                    "delete": args.rows - len(range(7, args.rows, 100)),
+                    "optimize": optimize.FILES * optimize.ROWS_PER_FILE}  # fmt: skip
         for (engine, case), copy in last.items():
             counted = workers[engine].call(op="count", path=str(copy))["rows"]
             if counted != expected[case.split("-")[0]]:
@@ -174,7 +185,8 @@ def _report(samples: dict, metrics: dict, versions: dict, args: argparse.Namespa
             load_after: tuple) -> tuple[str, dict[str, Any]]:  # fmt: skip
     lines = [
         f"row_changes: {args.rows:,}-row table, MERGE of {args.batch:,} rows (half updates, half inserts) "
-        f"and DELETE of 1 %, local[2], ours (Spark {versions['ours']}) vs Delta Spark 4.4 (Spark "
+        f"and DELETE of 1 %, OPTIMIZE of 10,000 small files, local[2], ours (Spark {versions['ours']}) vs "
+        f"Delta Spark 4.4 (Spark "
         f"{versions['delta']}), median of {args.runs} runs (load average {load_before[0]:.1f} before, "
         f"{load_after[0]:.1f} after)",
         "",

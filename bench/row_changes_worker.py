@@ -3,10 +3,10 @@
 ``python bench/row_changes_worker.py ENGINE CONF_JSON [JARS_DIR]`` where ENGINE is ``ours`` (run by the
 project's Python: ``airflow_provider_delta.spark``) or ``delta`` (run by the Delta Spark oracle's Python,
 ``.oracle/venv``, with the jars of ``JARS_DIR``: Delta Spark 4.4's SQL). It imports nothing of the
-project on the ``delta`` side, so it runs in the oracle's environment as it is. Each command is a JSON line
-(``build``, ``merge``, ``delete``, ``count``, ``stop``); each answer a JSON line with the seconds the
-operation took (only the operation: the session is warm, the source DataFrame defined before the clock
-starts) and the operation's metrics from the commit, which the parent checks.
+project on the ``delta`` side, so it runs in the oracle's environment as it is. Each command is a JSON
+line (``build``, ``merge``, ``delete``, ``optimize``, ``count``, ``stop``); each answer a JSON line with the
+seconds the operation took (only the operation: the session is warm, the source DataFrame defined before the
+clock starts) and the operation's metrics from the commit, which the parent checks.
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ def run_delta(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         change_batch(spark, cmd["rows"], cmd["batch"]).createOrReplaceTempView("changes")
         sql = (f"MERGE INTO delta.`{path}` AS target USING changes AS source ON {MERGE_ON} "
                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")  # fmt: skip
+    elif cmd["op"] == "optimize":
+        sql = f"OPTIMIZE delta.`{path}`"
     else:
         sql = f"DELETE FROM delta.`{path}` WHERE {DELETE_WHERE}"
     started = time.perf_counter()
@@ -99,7 +101,7 @@ def run_delta(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_ours(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_delta.spark import delete, merge, read
+    from airflow_provider_delta.spark import delete, merge, optimize, read
 
     path = cmd["path"]
     if cmd["op"] == "count":
@@ -109,6 +111,12 @@ def run_ours(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
             .when_matched_update_all().when_not_matched_insert_all()  # fmt: skip
         started = time.perf_counter()
         result = builder.execute()
+    elif cmd["op"] == "optimize":
+        started = time.perf_counter()
+        m = optimize(spark, path)
+        seconds = time.perf_counter() - started
+        return {"seconds": seconds, "metrics": {"numRemovedFiles": m.num_files_removed,
+                                                "numAddedFiles": m.num_files_added}}  # fmt: skip
     else:
         started = time.perf_counter()
         result = delete(spark, path, DELETE_WHERE)
