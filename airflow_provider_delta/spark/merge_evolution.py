@@ -6,6 +6,8 @@ Schema evolution (``merge(..., merge_schema=True)``, Delta Spark's ``withSchemaE
 - a source column an ``update_all``/``insert_all`` clause carries, or that a ``set``/``values`` entry
   names, and that the table lacks, is appended to the table's schema (nullable, the source's type; under
   column mapping with a fresh id and physical name); rows that do not set it read NULL;
+- struct columns (also inside arrays and maps) gain the fields the assigned structs add, and take their
+  values by field name (``merge_structs``);
 - with ``*`` the source may lack table columns: ``update_all`` keeps their values, ``insert_all`` writes
   NULL (or generates identity values);
 - on tables with ``delta.enableTypeWidening=true`` a column assigned a value of a wider type is widened
@@ -35,6 +37,7 @@ from airflow_provider_delta.log.properties import bool_property
 from airflow_provider_delta.log.protocol import writer_features
 from airflow_provider_delta.log.schema import column_mapping_mode, decimal_params
 
+from .merge_structs import evolved_type
 from .row_changes import analysed
 from .schema import assign_column_mapping
 
@@ -135,9 +138,12 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
                 raise ColumnNotFoundError(f"cannot {clause.action} {name!r}: not a column of {target.where} "
                                           "nor of the source, so schema evolution cannot add it")  # fmt: skip
     widened = _widened(target, probe, values, by_lower)
-    if not new and not widened:
+    nested = _nested(target, probe, values, by_lower)
+    if not new and not widened and not nested:
         return
     for field in schema["fields"]:
+        if field["name"] in nested:
+            field["type"] = nested[field["name"]]
         if field["name"] in widened:
             changes = field.setdefault("metadata", {}).setdefault(TYPE_CHANGES, [])
             changes.append({"fromType": field["type"], "toType": widened[field["name"]]})
@@ -155,6 +161,23 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
         )  # fmt: skip
     text = json.dumps(schema, separators=(",", ":"))
     target.metadata = dataclasses.replace(target.metadata, configuration=config, schema_string=text)
+
+
+def _nested(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]],
+            by_lower: dict[str, dict]) -> dict[str, Any]:  # fmt: skip
+    """Struct (array, map) columns whose assigned values carry fields the table's type lacks: column ->
+    the evolved Delta type (``merge_structs.evolved_type``)."""
+    nested = {what: v for what, v in values.items() if isinstance(by_lower[v[0].lower()]["type"], dict)}
+    if not nested:
+        return {}
+    resolved = analysed(probe, {what: value for what, (_, value) in nested.items()}, target.where)
+    out: dict[str, Any] = {}
+    for what, (name, _) in nested.items():
+        current = out.get(name, by_lower[name.lower()]["type"])
+        kind = probe.select(resolved[what]).schema.fields[0].dataType.jsonValue()
+        if (grown := evolved_type(current, kind)) != current:
+            out[name] = grown
+    return out
 
 
 def _widened(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]],

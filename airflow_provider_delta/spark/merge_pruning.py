@@ -91,7 +91,8 @@ def _same_typed(target: Target, source: DataFrame, keys: list[tuple[str, str]]) 
 def join_columns(target: Target, on: Any, clauses: list[Clause], source_columns: list[str], s_alias: str,
                  merge_schema: bool) -> list[str] | None:  # fmt: skip
     """The table columns the MERGE's join must read (None: all of them): those its condition, clause
-    conditions and values name, and those an update clause leaves as they are. Spark cannot prune the
+    conditions and values name, and those an update clause leaves as they are or assigns a struct to (the
+    fields the source's struct lacks keep their values). Spark cannot prune the
     columns of our ``mapInArrow`` read, and reading every column of every candidate row costs most of a
     MERGE; a copy-on-write MERGE reads the touched files whole again to copy them. Names are found as SQL
     identifiers in the text (a word that only looks like a column reads one column too many, never too
@@ -101,11 +102,13 @@ def join_columns(target: Target, on: Any, clauses: list[Clause], source_columns:
     if target.change_data or named is None:
         return None
     source_by_lower = {c.lower(): c for c in source_columns}
+    # A struct an update assigns keeps the fields the source's struct lacks (``merge_structs``).
+    nested = {f["name"] for f in target.metadata.schema["fields"] if isinstance(f["type"], dict)}
     kept: set[str] = set()
     for clause in clauses:
         if clause.action == "update":
             assigned = named_assignments(target, clause, source_by_lower, s_alias, merge_schema)
-            kept.update(c for c in target.columns if c not in assigned)
+            kept.update(c for c in target.columns if c not in assigned or c in nested)
     return [c for c in target.columns if c in named or c in kept]
 
 

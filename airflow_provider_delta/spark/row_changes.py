@@ -44,6 +44,7 @@ from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
 
 from .constraints import check, generated_columns, quote, table_rules
 from .data_files import WritePlan
+from .merge_structs import conform
 from .native_read import native_read_blocker, native_rows
 from .read import read_files
 from .schema import spark_schema_of
@@ -216,13 +217,15 @@ def _evolved_columns(target: Target, read: set[str] | None) -> list[Column]:
         return [F.col(quote(c)) for c in target.columns]
     old = {f["name"]: f["type"] for f in target.snap.metadata.schema["fields"]}
     types = {f.name: f.dataType for f in spark_schema_of(target.metadata.schema).fields}
+    before = {f.name: f.dataType for f in spark_schema_of(target.snap.metadata.schema).fields}
     out = []
     for f in target.metadata.schema["fields"]:
         name = f["name"]
         if name not in old or (read is not None and name not in read):
             out.append(F.lit(None).cast(types[name]).alias(name))
-        elif old[name] != f["type"]:
-            out.append(F.col(quote(name)).cast(types[name]).alias(name))
+        elif old[name] != f["type"]:  # widened, or a struct that gained fields (NULL in these rows)
+            value = conform(F.col(quote(name)), before[name], types[name], None, True, target.where)
+            out.append(value.alias(name))
         else:
             out.append(F.col(quote(name)))
     return out

@@ -49,6 +49,28 @@ CASES: dict[str, tuple[dict, str, list, bool]] = {
     "no widening without the property": ({}, WIDE, UPSERT, True),
     "no widening without evolution": ({"delta.enableTypeWidening": "true"}, WIDE, UPSERT, False),
 }  # fmt: skip
+# Struct columns (Delta Spark matches struct fields by name at every depth, and evolves them).
+NESTED_BASE = "(id BIGINT, x STRUCT<a: INT, b: INT>, arr ARRAY<STRUCT<a: INT, b: INT>>)"
+NESTED_ROWS = ("VALUES (1, named_struct('a', 1, 'b', 10), array(named_struct('a', 1, 'b', 10))), "
+               "(2, named_struct('a', 2, 'b', 20), array(named_struct('a', 2, 'b', 20), NULL)), "
+               "(4, NULL, NULL)")
+REORDERED = ("SELECT * FROM VALUES (2L, named_struct('b', 200, 'a', 3), "
+             "array(named_struct('b', 200, 'a', 3))), (3L, named_struct('b', 300, 'a', 30), NULL) "
+             "AS s(id, x, arr)")
+MORE = ("SELECT * FROM VALUES (1L, NULL, NULL), (2L, named_struct('a', 5, 'c', 500L, 'b', 50), "
+        "array(named_struct('a', 5, 'b', 50, 'c', 'five'))), "
+        "(3L, named_struct('a', 6, 'c', 600L, 'b', 60), NULL) AS s(id, x, arr)")
+LESS = ("SELECT * FROM VALUES (1L, NULL, NULL), (2L, named_struct('a', 7), array(named_struct('a', 7))), "
+        "(3L, named_struct('a', 8), array(named_struct('a', 8), NULL)) AS s(id, x, arr)")
+NESTED_CASES: dict[str, tuple[dict, str, list, bool]] = {
+    "struct fields in another order": ({}, REORDERED, UPSERT, False),
+    "struct gains fields": ({}, MORE, UPSERT, True),
+    "struct gains fields, column mapping": ({"delta.columnMapping.mode": "name"}, MORE, UPSERT, True),
+    "struct gains fields by an explicit set": ({}, MORE, [("matched", "update", {"x": "source.x"})], True),
+    "more struct fields refused without evolution": ({}, MORE, UPSERT, False),
+    "struct lacks a field: update keeps it, insert nulls it": ({}, LESS, UPSERT, True),
+    "fewer struct fields refused without evolution": ({}, LESS, UPSERT, False),
+}  # fmt: skip
 
 
 def _sql(uri: str, source: str, clauses: list, evolve: bool) -> str:
@@ -81,8 +103,19 @@ def _schema(uri: str) -> list[tuple]:
     out = []
     for f in DeltaTable(uri).snapshot().metadata.schema["fields"]:
         changes = [(c["fromType"], c["toType"]) for c in f.get("metadata", {}).get("delta.typeChanges", [])]
-        out.append((f["name"], f["type"], f["nullable"], changes))
+        out.append((f["name"], _logical(f["type"]), f["nullable"], changes))
     return out
+
+
+def _logical(kind: Any) -> Any:
+    """A type without the column-mapping ids and physical names of nested fields (each engine makes its
+    own: random names, ids in its own order)."""
+    if isinstance(kind, dict):
+        return {k: ({m: x for m, x in v.items() if not m.startswith("delta.columnMapping.")}
+                    if k == "metadata" else _logical(v)) for k, v in kind.items()}  # fmt: skip
+    if isinstance(kind, list):
+        return [_logical(v) for v in kind]
+    return kind
 
 
 def _attempt(run: Any) -> str | None:
@@ -98,17 +131,17 @@ def _attempt(run: Any) -> str | None:
 def base_tables(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The table Delta Spark creates and fills for a set of properties, made once per set for the
     module; each case works on two fresh copies of it."""
-    made: dict[str, Path] = {}
+    made: dict[tuple[str, str], Path] = {}
 
-    def base(props: dict) -> Path:
+    def base(props: dict, columns: str = BASE, rows: str = ROWS) -> Path:
         shown = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
-        if shown not in made:
+        if (shown, columns) not in made:
             path = tmp_path_factory.mktemp("base") / "table"
-            oracle.call("sql", f"CREATE TABLE delta.`{path}` {BASE} USING delta"
+            oracle.call("sql", f"CREATE TABLE delta.`{path}` {columns} USING delta"
                                + (f" TBLPROPERTIES ({shown})" if shown else ""))  # fmt: skip
-            oracle.call("sql", f"INSERT INTO delta.`{path}` {ROWS}")
-            made[shown] = path
-        return made[shown]
+            oracle.call("sql", f"INSERT INTO delta.`{path}` {rows}")
+            made[shown, columns] = path
+        return made[shown, columns]
 
     return base
 
@@ -116,9 +149,23 @@ def base_tables(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Any
 @pytest.mark.parametrize("case", list(CASES))
 def test_merge_schema_evolution_agrees(oracle: Oracle, spark: Any, tmp_path: Path, case: str, base_tables):
     props, source, clauses, evolve = CASES[case]
+    _agree(oracle, spark, tmp_path, case, base_tables(props), source, clauses, evolve)
+
+
+@pytest.mark.parametrize("case", list(NESTED_CASES))
+def test_struct_fields_match_by_name_and_evolve_as_in_delta_spark(oracle: Oracle, spark: Any, tmp_path: Path,
+                                                                   case: str, base_tables):  # fmt: skip
+    props, source, clauses, evolve = NESTED_CASES[case]
+    base = base_tables(props, NESTED_BASE, NESTED_ROWS)
+    _agree(oracle, spark, tmp_path, case, base, source, clauses, evolve)
+
+
+def _agree(oracle: Oracle, spark: Any, tmp_path: Path, case: str, base: Path, source: str, clauses: list,
+           evolve: bool) -> None:  # fmt: skip
+    """The same MERGE on two copies of ``base``: both refuse, or both commit the same schema and rows."""
     theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
-    shutil.copytree(base_tables(props), theirs)
-    shutil.copytree(base_tables(props), ours)
+    shutil.copytree(base, theirs)
+    shutil.copytree(base, ours)
     their_error = _attempt(lambda: oracle.call("sql", _sql(theirs, source, clauses, evolve)))
     our_error = _attempt(lambda: _ours(spark, ours, source, clauses, evolve))
     print(f"{case}: Delta Spark {their_error or 'committed'}, ours {our_error or 'committed'}")

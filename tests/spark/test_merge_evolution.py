@@ -12,7 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import ConstraintViolationError, IdentityColumnError
+from airflow_provider_delta.log.errors import (
+    ConstraintViolationError,
+    IdentityColumnError,
+    SchemaMismatchError,
+)
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.identity import identity_columns
 from airflow_provider_delta.spark import merge, read, update, write
@@ -70,6 +74,53 @@ def test_without_merge_schema_new_columns_are_ignored_and_missing_ones_refused(s
         merge(spark.sql(SOURCE), uri, "target.id = source.id") \
             .when_matched_update({"extra": "source.extra"}).execute()  # fmt: skip
     assert DeltaTable(uri).version() == 1
+
+
+STRUCTS = "id long, x struct<a: int, b: int>, arr array<struct<a: int, b: int>>"
+
+
+@pytest.mark.parametrize("configuration", [{}, {"delta.columnMapping.mode": "name",
+                                                "delta.enableDeletionVectors": "true"}],
+                         ids=["plain", "column-mapping-dv"])  # fmt: skip
+def test_structs_are_assigned_by_field_name_and_evolve(spark, tmp_path: Path, configuration: dict):
+    uri = str(tmp_path / "t")
+    rows = [(1, (1, 10), [(1, 10)]), (2, (2, 20), [(2, 20)]), (4, None, None)]
+    write(spark.createDataFrame(rows, STRUCTS), uri, configuration=configuration)
+    # Same fields in another order: by name, not by position (a CAST would swap a and b).
+    update(spark, uri, {"x": "named_struct('b', 11, 'a', 1)"}, "id = 1")
+    reordered = spark.sql("SELECT 2L AS id, named_struct('b', 22, 'a', 2) AS x, "
+                          "array(named_struct('b', 22, 'a', 2)) AS arr")  # fmt: skip
+    merge(reordered, uri, "target.id = source.id").when_matched_update_all().execute()
+    # A struct with a field more: refused without evolution, nothing committed.
+    more = spark.sql("SELECT * FROM VALUES (2L, named_struct('a', 5, 'c', 'five', 'b', 50), "
+                     "array(named_struct('a', 5, 'b', 50, 'c', 'five'))), "
+                     "(3L, named_struct('a', 6, 'c', 'six', 'b', 60), NULL) AS s(id, x, arr)")  # fmt: skip
+    version = DeltaTable(uri).version()
+    with pytest.raises(SchemaMismatchError, match=r"\['c'\].*merge_schema=True"):
+        merge(more, uri, "target.id = source.id").when_matched_update_all().execute()
+    with pytest.raises(SchemaMismatchError, match="lacks field"):
+        update(spark, uri, {"x": "named_struct('a', 1)"}, "id = 1")
+    assert DeltaTable(uri).version() == version
+    # With evolution the field is added to the table's struct and to the structs in the array.
+    merge(more, uri, "target.id = source.id", merge_schema=True) \
+        .when_matched_update_all().when_not_matched_insert_all().execute()  # fmt: skip
+    x = _fields(uri)["x"]["type"]
+    assert [f["name"] for f in x["fields"]] == ["a", "b", "c"]
+    assert [f["name"] for f in _fields(uri)["arr"]["type"]["elementType"]["fields"]] == ["a", "b", "c"]
+    if configuration:
+        assert x["fields"][2]["metadata"]["delta.columnMapping.physicalName"].startswith("col-")
+    # A struct lacking a field: an update keeps the row's value, an insert leaves it NULL.
+    less = spark.sql("SELECT * FROM VALUES (1L, named_struct('a', 7)), (5L, named_struct('a', 8)) "
+                     "AS s(id, x)")
+    merge(less, uri, "target.id = source.id", merge_schema=True) \
+        .when_matched_update_all().when_not_matched_insert_all().execute()  # fmt: skip
+    assert _rows(spark, uri) == [
+        {"id": 1, "x": {"a": 7, "b": 11, "c": None}, "arr": [{"a": 1, "b": 10, "c": None}]},
+        {"id": 2, "x": {"a": 5, "b": 50, "c": "five"}, "arr": [{"a": 5, "b": 50, "c": "five"}]},
+        {"id": 3, "x": {"a": 6, "b": 60, "c": "six"}, "arr": None},
+        {"id": 4, "x": None, "arr": None},
+        {"id": 5, "x": {"a": 8, "b": None, "c": None}, "arr": None},
+    ]
 
 
 def test_explicit_assignments_naming_source_columns_add_them(spark, tmp_path: Path):
