@@ -101,7 +101,8 @@ def run_delta(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_ours(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_delta.spark import delete, merge, optimize, read
+    from airflow_provider_delta.spark import delete, merge, read
+    from airflow_provider_delta.spark.optimize import optimize
 
     path = cmd["path"]
     if cmd["op"] == "count":

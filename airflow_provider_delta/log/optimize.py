@@ -49,9 +49,8 @@ log = logging.getLogger(__name__)
 SAMPLE_ROWS = 100_000  # rows of the curve columns sampled per bin for range boundaries and file cuts
 SAMPLE_SEED = 17
 ROW_TRACKING_FIELDS = ("row_id", "row_commit_version")
-# Files of a bin read at once: on a local disk the reads are CPU-bound (more threads only contend for
-# the GIL); on an object store each read mostly waits for its request, so many go at once.
-LOCAL_READ_AHEAD = 4
+# Files of a bin read at once on an object store, where each read mostly waits for its request; on a
+# local disk the scan decides (one thread for small files, whose reads are Python work under the GIL).
 REMOTE_READ_AHEAD = 16
 _CHUNK_ROWS = 128 * 1024  # logical rows gathered before they are converted and written
 _CHUNK_BYTES = 32 * 1024 * 1024
@@ -80,7 +79,8 @@ def optimize(
     :param min_file_size: files below this are compacted (default ``delta.targetFileSize``, else 1 GiB).
     :param max_file_size: the size of the files written (default ``delta.targetFileSize``, else 1 GiB).
     :param batch_size: commit bins in batches of about this many input bytes (one commit each).
-    :param read_ahead: files read at once (default 4 on local disks, 16 on object stores).
+    :param read_ahead: files read at once (default 16 on object stores; on local disks the scan's
+        default: 4, or 1 when the files are small).
     :param progress: called with a dict (files and bytes planned, bins done, bytes read and written,
         commits, elapsed and ETA seconds) as the work goes on, and once more at the end (``final``).
     """
@@ -90,9 +90,8 @@ def optimize(
         max_file_size=max_file_size, max_deleted_rows_ratio=max_deleted_rows_ratio, batch_size=batch_size,
     )  # fmt: skip
     kept = materialized_columns(snapshot)
-    if read_ahead is None:
-        local = table.store.protocol in ("file", "local")
-        read_ahead = LOCAL_READ_AHEAD if local else REMOTE_READ_AHEAD
+    if read_ahead is None and table.store.protocol not in ("file", "local"):
+        read_ahead = REMOTE_READ_AHEAD
     tracker = ProgressTracker(plan, progress, engine="pyarrow")
     results: list[BatchResult] = []
     for batch in plan.batches:
@@ -100,7 +99,7 @@ def optimize(
         try:
             for i in batch:
                 bin_ = plan.bins[i]
-                adds = rewrite_bin(table, plan, bin_, kept, max(1, int(read_ahead)), tracker)
+                adds = rewrite_bin(table, plan, bin_, kept, read_ahead, tracker)
                 written.append((bin_, adds))
                 tracker.bin_done(bin_, sum(a.size for a in adds))
             result = commit_batch(table, plan, written)
@@ -129,7 +128,7 @@ def materialized_columns(snapshot: Snapshot) -> tuple[str, str] | None:
 
 # -- one bin --------------------------------------------------------------------------------------------
 def rewrite_bin(
-    table: TableContext, plan: OptimizePlan, bin_: Bin, kept: tuple[str, str] | None, read_ahead: int,
+    table: TableContext, plan: OptimizePlan, bin_: Bin, kept: tuple[str, str] | None, read_ahead: int | None,
     tracker: ProgressTracker | None = None,
 ) -> list[AddFile]:  # fmt: skip
     """Write the rows of one bin as new files; their adds (not committed). On a failure, what the bin
@@ -159,7 +158,7 @@ def rewrite_bin(
 
 
 def _sample_cuts(
-    snapshot: Snapshot, plan: OptimizePlan, bin_: Bin, read_ahead: int
+    snapshot: Snapshot, plan: OptimizePlan, bin_: Bin, read_ahead: int | None
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Boundaries and cuts from a seeded sample of the bin's curve columns (the first of two passes: only
     those columns are read, and only the sample is kept)."""

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from .snapshot import Snapshot
 
 DEFAULT_READ_AHEAD = 4  # files (or groups of small files) read concurrently and held at most
+# Below this mean file size, reading local files is per-file Python work under the GIL and threads only
+# contend for it: one thread then (measured scans: 50-row files of 1.7 KiB, 1.5-2.0 s in one thread against
+# 2.6 s in four; 16 KiB files 0.33 s against 0.46 s; 36 KiB files 0.30 s against 0.26 s).
+SMALL_LOCAL_FILE_BYTES = 32 * 1024
 GROUP_FILES = 64  # small files read by one worker in one go
 GROUP_BYTES = 4 * 1024 * 1024  # ... and up to this many bytes of them
 _TASK_FIELDS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
@@ -57,7 +61,8 @@ class Scan:
     :param metadata: ``_metadata`` fields to add as a struct column: ``file_path``, ``row_index``, and on
         row-tracking tables ``row_id`` and ``row_commit_version`` (as Delta Spark's ``_metadata``).
     :param read_ahead: files read concurrently (and held at most) by the streaming outputs; consecutive
-        small files count as one (see ``_groups``).
+        small files count as one (see ``_groups``). By default 4, or 1 on a local disk when the files are
+        small (``SMALL_LOCAL_FILE_BYTES`` on average).
     :param files: the ``add`` rows to read instead of the snapshot's live files (change reads).
     """
 
@@ -68,7 +73,7 @@ class Scan:
         filter: Any = None,
         *,
         metadata: Sequence[str] = (),
-        read_ahead: int = DEFAULT_READ_AHEAD,
+        read_ahead: int | None = None,
         files: pa.Table | None = None,
     ) -> None:
         self.snapshot = snapshot
@@ -94,8 +99,15 @@ class Scan:
             row_id_column=config.get(ROW_ID_COLUMN), row_version_column=config.get(ROW_VERSION_COLUMN),
             storage_options=dict(snapshot.store.storage_options),
         )  # fmt: skip
-        self.read_ahead = max(1, int(read_ahead))
         self.files = self._plan(snapshot.files if files is None else files)
+        self.read_ahead = max(1, int(read_ahead)) if read_ahead is not None else self._default_read_ahead()
+
+    def _default_read_ahead(self) -> int:
+        local = self.snapshot.store.protocol in ("file", "local")
+        if not local or self.files.num_rows == 0 or "size" not in self.files.column_names:
+            return DEFAULT_READ_AHEAD
+        mean = pc.mean(self.files.column("size")).as_py()
+        return 1 if mean is not None and mean < SMALL_LOCAL_FILE_BYTES else DEFAULT_READ_AHEAD
 
     @property
     def schema(self) -> pa.Schema:

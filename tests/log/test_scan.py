@@ -309,3 +309,19 @@ def test_streaming_reader_holds_a_few_files_and_hands_off_without_copies(tmp_pat
         or arrow.column("id").num_chunks > 1
     )
     assert table.scan(["k"], "k >= 10").count() == 200
+
+
+def test_small_local_files_are_read_in_one_thread_large_ones_in_several(tmp_path):
+    """Reads of tiny local files are Python work under the GIL: threads would only contend for it."""
+    small = str(tmp_path / "small")
+    for i in range(3):
+        write(small, pa.table({"id": pa.array([i], pa.int64())}))
+    assert Scan(DeltaTable(small).snapshot()).read_ahead == 1
+    assert Scan(DeltaTable(small).snapshot(), read_ahead=3).read_ahead == 3  # asked for: kept
+    big = str(tmp_path / "big")
+    rng = np.random.default_rng(SEED)
+    for _ in range(2):  # random doubles do not compress: files well above the small-file mean size
+        write(big, pa.table({"x": pa.array(rng.random(20_000))}))
+    scan = Scan(DeltaTable(big).snapshot())
+    assert scan.read_ahead == 4 and scan.to_table().num_rows == 40_000
+    assert Scan(DeltaTable(small).snapshot()).to_table()["id"].to_pylist() == [0, 1, 2]
