@@ -12,7 +12,8 @@ Schema evolution (``merge(..., merge_schema=True)``, Delta Spark's ``withSchemaE
   NULL (or generates identity values);
 - on tables with ``delta.enableTypeWidening=true`` a column assigned a value of a wider type is widened
   ("Type Widening": the field's ``delta.typeChanges`` records ``fromType``/``toType``) where Delta widens
-  automatically: integers to wider integers, float to double, decimals to more digits on both sides.
+  automatically: integers to wider integers, float to double, decimals to more digits on both sides; struct
+  fields at any depth likewise (``merge_structs.evolved_type``).
   Otherwise the value is cast to the column's type (an overflow fails the job, nothing is committed).
 
 Identity columns ("Identity Columns"): an insert that does not give a value gets one generated beyond the
@@ -171,22 +172,27 @@ def _nested(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]]
     if not nested:
         return {}
     resolved = analysed(probe, {what: value for what, (_, value) in nested.items()}, target.where)
+    widening = widens if _widening(target) else None
     out: dict[str, Any] = {}
     for what, (name, _) in nested.items():
         current = out.get(name, by_lower[name.lower()]["type"])
         kind = probe.select(resolved[what]).schema.fields[0].dataType.jsonValue()
-        if (grown := evolved_type(current, kind)) != current:
+        if (grown := evolved_type(current, kind, widening)) != current:
             out[name] = grown
     return out
+
+
+def _widening(target: Target) -> bool:
+    """Whether the table lets schema evolution widen types (the property and the feature)."""
+    return bool_property(target.metadata.configuration, ENABLE_TYPE_WIDENING) \
+        and TYPE_WIDENING in writer_features(target.snap.protocol)  # fmt: skip
 
 
 def _widened(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]],
              by_lower: dict[str, dict]) -> dict[str, str]:  # fmt: skip
     """Columns whose assigned values are of a wider type Delta widens to: column -> new Delta type. Only
     on tables that enable type widening, never partition columns (their values live in the log)."""
-    config = target.metadata.configuration
-    if not values or not bool_property(config, ENABLE_TYPE_WIDENING) \
-            or TYPE_WIDENING not in writer_features(target.snap.protocol):  # fmt: skip
+    if not values or not _widening(target):
         return {}
     partitions = {c.lower() for c in target.snap.partition_columns}
     resolved = analysed(probe, {what: value for what, (_, value) in values.items()}, target.where)

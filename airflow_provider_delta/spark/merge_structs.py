@@ -21,6 +21,7 @@ types are cast); a field more or less is refused (Delta Spark: "Cannot cast"). W
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log.errors import SchemaMismatchError
@@ -90,9 +91,11 @@ def conform(value: Column, source: DataType, target: DataType, old: Column | Non
     return value.cast(target)
 
 
-def evolved_type(table: Any, source: Any) -> Any:
+def evolved_type(table: Any, source: Any, widens: Callable[[Any, Any], bool] | None = None) -> Any:
     """The table's type (Delta schema JSON) with the fields the source's type (Spark's JSON form, which
-    is Delta's) adds, at any depth; the table's own fields keep their place, type and metadata."""
+    is Delta's) adds, at any depth; the table's own fields keep their place, type and metadata. With
+    ``widens`` (the table enables type widening), a struct field whose source type it accepts takes that
+    type, recorded in the field's ``delta.typeChanges`` as Delta Spark records it ("Type Widening")."""
     if not (isinstance(table, dict) and isinstance(source, dict)) or table.get("type") != source.get("type"):
         return table
     out = copy.deepcopy(table)
@@ -103,11 +106,15 @@ def evolved_type(table: Any, source: Any) -> Any:
             if mine is None:
                 out["fields"].append({"name": field["name"], "type": copy.deepcopy(field["type"]),
                                       "nullable": True, "metadata": {}})  # fmt: skip
+            elif widens is not None and widens(mine["type"], field["type"]):
+                changes = mine.setdefault("metadata", {}).setdefault("delta.typeChanges", [])
+                changes.append({"fromType": mine["type"], "toType": field["type"]})
+                mine["type"] = field["type"]
             else:
-                mine["type"] = evolved_type(mine["type"], field["type"])
+                mine["type"] = evolved_type(mine["type"], field["type"], widens)
     elif table["type"] == "array":
-        out["elementType"] = evolved_type(table["elementType"], source["elementType"])
+        out["elementType"] = evolved_type(table["elementType"], source["elementType"], widens)
     elif table["type"] == "map":
-        out["keyType"] = evolved_type(table["keyType"], source["keyType"])
-        out["valueType"] = evolved_type(table["valueType"], source["valueType"])
+        out["keyType"] = evolved_type(table["keyType"], source["keyType"], widens)
+        out["valueType"] = evolved_type(table["valueType"], source["valueType"], widens)
     return out

@@ -62,7 +62,11 @@ MORE = ("SELECT * FROM VALUES (1L, NULL, NULL), (2L, named_struct('a', 5, 'c', 5
         "(3L, named_struct('a', 6, 'c', 600L, 'b', 60), NULL) AS s(id, x, arr)")
 LESS = ("SELECT * FROM VALUES (1L, NULL, NULL), (2L, named_struct('a', 7), array(named_struct('a', 7))), "
         "(3L, named_struct('a', 8), array(named_struct('a', 8), NULL)) AS s(id, x, arr)")
+WIDER = ("SELECT * FROM VALUES (2L, named_struct('a', 5000000000L, 'b', 50), "
+         "array(named_struct('a', 5L, 'b', 5))), (3L, named_struct('a', 6L, 'b', 60), NULL) AS s(id, x, arr)")
 NESTED_CASES: dict[str, tuple[dict, str, list, bool]] = {
+    "struct field widened": ({"delta.enableTypeWidening": "true"}, WIDER, UPSERT, True),
+    "struct field not widened without the property": ({}, WIDER, UPSERT, True),
     "struct fields in another order": ({}, REORDERED, UPSERT, False),
     "struct gains fields": ({}, MORE, UPSERT, True),
     "struct gains fields, column mapping": ({"delta.columnMapping.mode": "name"}, MORE, UPSERT, True),
