@@ -34,7 +34,7 @@ from .constraints import generated_columns, quote
 from .merge_clause import Clause
 from .merge_evolution import evolve, generated_identity, named_assignments
 from .merge_pruning import join_columns, merge_files, not_broadcast, semi_joined
-from .merge_structs import conform, is_nested
+from .merge_structs import assigned_value
 from .row_changes import (
     INDEX,
     PATH,
@@ -217,13 +217,11 @@ def _plan(target: Target, joined: DataFrame, builder: MergeBuilder, t_alias: str
             key = f"value of {name} in clause {i + 1} ({c.when} {c.action})"
             identity = next((col for col in generated.get(i, []) if col.name == name), None)
             if key in resolved:
-                given = resolved[key]
-                if is_nested(types[name]):  # structs by field name, as Delta Spark assigns them
-                    given_type = joined.select(given).schema.fields[0].dataType
-                    before = F.col(f"{t_alias}.`{name}`") if c.action == "update" else None
-                    given = conform(given, given_type, types[name], before, builder.merge_schema,
-                                    f"MERGE into {target.where}: {key}")  # fmt: skip
-                value = F.when(clause == i, given.cast(types[name])).otherwise(value)
+                # Structs by field name, as Delta Spark assigns them; an update keeps fields it lacks.
+                before = F.col(f"{t_alias}.`{name}`") if c.action == "update" else None
+                given = assigned_value(joined, resolved[key], types[name], before, builder.merge_schema,
+                                       f"MERGE into {target.where}: {key}")  # fmt: skip
+                value = F.when(clause == i, given).otherwise(value)
             elif identity is not None:  # "Identity Columns": generated as the Spark writer does
                 generate = F.expr(identity_values_sql(identity, partitions))
                 value = F.when(clause == i, generate).otherwise(value)

@@ -138,8 +138,7 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
             else:
                 raise ColumnNotFoundError(f"cannot {clause.action} {name!r}: not a column of {target.where} "
                                           "nor of the source, so schema evolution cannot add it")  # fmt: skip
-    widened = _widened(target, probe, values, by_lower)
-    nested = _nested(target, probe, values, by_lower)
+    nested, widened = _assigned_types(target, probe, values, by_lower)
     if not new and not widened and not nested:
         return
     for field in schema["fields"]:
@@ -164,44 +163,37 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
     target.metadata = dataclasses.replace(target.metadata, configuration=config, schema_string=text)
 
 
-def _nested(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]],
-            by_lower: dict[str, dict]) -> dict[str, Any]:  # fmt: skip
-    """Struct (array, map) columns whose assigned values carry fields the table's type lacks: column ->
-    the evolved Delta type (``merge_structs.evolved_type``)."""
-    nested = {what: v for what, v in values.items() if isinstance(by_lower[v[0].lower()]["type"], dict)}
-    if not nested:
-        return {}
-    resolved = analysed(probe, {what: value for what, (_, value) in nested.items()}, target.where)
-    widening = widens if _widening(target) else None
-    out: dict[str, Any] = {}
-    for what, (name, _) in nested.items():
-        current = out.get(name, by_lower[name.lower()]["type"])
+def _assigned_types(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]],
+                    by_lower: dict[str, dict]) -> tuple[dict[str, Any], dict[str, str]]:  # fmt: skip
+    """What the assigned values do to existing columns, their types read once from ``probe``: struct
+    (array, map) columns whose values carry fields the table's type lacks, or wider fields, -> the evolved
+    Delta type (``merge_structs.evolved_type``); and columns of a primitive type assigned a wider one
+    Delta widens to -> the new type, only on tables that enable type widening and never for partition
+    columns (their values live in the log)."""
+    widening = _widening(target)
+    partitions = {c.lower() for c in target.snap.partition_columns}
+    asked = {what: value for what, (name, value) in values.items()
+             if isinstance(by_lower[name.lower()]["type"], dict)
+             or (widening and name.lower() not in partitions)}  # fmt: skip
+    if not asked:
+        return {}, {}
+    resolved = analysed(probe, asked, target.where)
+    nested: dict[str, Any] = {}
+    widened: dict[str, str] = {}
+    for what in asked:
+        name = values[what][0]
         kind = probe.select(resolved[what]).schema.fields[0].dataType.jsonValue()
-        if (grown := evolved_type(current, kind, widening)) != current:
-            out[name] = grown
-    return out
+        current = by_lower[name.lower()]["type"]
+        if isinstance(current, dict):
+            current = nested.get(name, current)
+            if (grown := evolved_type(current, kind, widens if widening else None)) != current:
+                nested[name] = grown
+        elif widens(widened.get(name, current), kind):
+            widened[name] = kind
+    return nested, widened
 
 
 def _widening(target: Target) -> bool:
     """Whether the table lets schema evolution widen types (the property and the feature)."""
     return bool_property(target.metadata.configuration, ENABLE_TYPE_WIDENING) \
         and TYPE_WIDENING in writer_features(target.snap.protocol)  # fmt: skip
-
-
-def _widened(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]],
-             by_lower: dict[str, dict]) -> dict[str, str]:  # fmt: skip
-    """Columns whose assigned values are of a wider type Delta widens to: column -> new Delta type. Only
-    on tables that enable type widening, never partition columns (their values live in the log)."""
-    if not values or not _widening(target):
-        return {}
-    partitions = {c.lower() for c in target.snap.partition_columns}
-    resolved = analysed(probe, {what: value for what, (_, value) in values.items()}, target.where)
-    out: dict[str, str] = {}
-    for what, (name, _) in values.items():
-        if name.lower() in partitions:
-            continue
-        current = out.get(name, by_lower[name.lower()]["type"])
-        value_type = probe.select(resolved[what]).schema.fields[0].dataType.jsonValue()
-        if widens(current, value_type):
-            out[name] = value_type
-    return out

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_delta.log.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
 
@@ -42,6 +42,15 @@ def is_nested(kind: Any) -> bool:
     if isinstance(kind, MapType):
         return is_nested(kind.keyType) or is_nested(kind.valueType)
     return False
+
+
+def assigned_value(frame: DataFrame, value: Column, target: DataType, old: Column | None, evolve: bool,
+             where: str) -> Column:  # fmt: skip
+    """``value`` (resolved against ``frame``) as the column's value of type ``target``: a cast, or for
+    types holding structs :func:`conform` over the value's type as ``frame`` gives it."""
+    if is_nested(target):
+        value = conform(value, frame.select(value).schema.fields[0].dataType, target, old, evolve, where)
+    return value.cast(target)
 
 
 def conform(value: Column, source: DataType, target: DataType, old: Column | None, evolve: bool,

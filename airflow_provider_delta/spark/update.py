@@ -24,7 +24,7 @@ from airflow_provider_delta.log.errors import IdentityColumnError
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.identity import identity_columns
 
-from .merge_structs import conform, is_nested
+from .merge_structs import assigned_value
 from .row_changes import (
     INDEX,
     PATH,
@@ -143,12 +143,10 @@ def new_values(target: Target, rows: DataFrame, assignments: Mapping[str, str | 
     out = []
     for name in target.columns:
         if name in given:
-            value = resolved[f"value of {name}"]
-            if is_nested(types[name]):  # structs by field name, as Delta Spark assigns them
-                kind = rows.select(value).schema.fields[0].dataType
-                value = conform(value, kind, types[name], F.col(f"`{name}`"), False,
-                                f"UPDATE of {target.where}: column {name}")  # fmt: skip
-            out.append(value.cast(types[name]).alias(name))
+            # structs by field name, as Delta Spark assigns them
+            value = assigned_value(rows, resolved[f"value of {name}"], types[name], F.col(f"`{name}`"),
+                                   False, f"UPDATE of {target.where}: column {name}")  # fmt: skip
+            out.append(value.alias(name))
         else:
             out.append(F.col(f"`{name}`"))
     return out
