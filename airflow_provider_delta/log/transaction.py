@@ -590,10 +590,10 @@ class Transaction:
         if self.app_transaction is not None:
             lines.append({"txn": self.app_transaction.to_json()})
         lines.extend({"domainMetadata": d.to_json()} for d in domains)
-        out = [json.dumps(x, separators=(",", ":")) for x in lines]
-        out.extend(json.dumps({"add": a.to_json()}, separators=(",", ":")) for a in adds)
-        out.extend(json.dumps({"remove": r.to_json()}, separators=(",", ":")) for r in self.removes)
-        out.extend(json.dumps({"cdc": c.to_json()}, separators=(",", ":")) for c in self.cdc_files)
+        out = [_line(x) for x in lines]
+        out.extend(_line({"add": a.to_json()}) for a in adds)
+        out.extend(_line({"remove": r.to_json()}) for r in self.removes)
+        out.extend(_line({"cdc": c.to_json()}) for c in self.cdc_files)
         return ("\n".join(out) + "\n").encode("utf-8")
 
     def _apply_identity_marks(self) -> None:
@@ -642,6 +642,11 @@ class Transaction:
             and self.read.is_blind()
             and all(a.data_change for a in self.adds)
         )
+
+
+# One compact encoder for every line of a commit: json.dumps with arguments builds a new encoder per call,
+# a third of the cost of serialising a commit of many small actions (an OPTIMIZE's 10,000 removes).
+_line = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _param(value: Any) -> str | None:
