@@ -73,6 +73,10 @@ class _Layout:
     file_fields: list[pa.Field]
     wanted: dict[str, int]
     names: list[str]
+    # When every output column is a file column used as read (no partition column, mapping, widening or
+    # missing column, no ``_metadata``): the position of each in the table read. Files written by one
+    # writer are mostly like this, and skip the per-column work.
+    direct: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,10 @@ class ReadSpec:
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)  # never in a repr or log
     # How files of one Arrow schema map to the read columns, worked out once per schema (``_layout``)
     layouts: dict[pa.Schema, _Layout] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The layout used last, checked before the dict: comparing two schemas is cheaper than hashing one.
+    recent: list[tuple[pa.Schema, _Layout]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
 
     @cached_property
     def plan(self) -> tuple[_Column, ...]:
@@ -215,16 +223,34 @@ def _layout(file_schema: pa.Schema, spec: ReadSpec) -> _Layout:
     """The layout of files with ``file_schema``, worked out once per schema: a table of many small files
     has one or a few. Not cached under column mapping by ``id``: schemas compare without their field
     ids, which that mode goes by."""
-    cached = spec.layouts.get(file_schema) if spec.mode != "id" else None
-    if cached is not None:
-        return cached
+    if spec.mode == "id":
+        return _new_layout(file_schema, spec)
+    recent = spec.recent[0] if spec.recent else None
+    if recent is not None and recent[0].equals(file_schema):
+        return recent[1]
+    layout = spec.layouts.get(file_schema)
+    if layout is None:
+        layout = spec.layouts[file_schema] = _new_layout(file_schema, spec)
+    spec.recent[:] = [(file_schema, layout)]  # one item replaced at once: scan threads share the spec
+    return layout
+
+
+def _new_layout(file_schema: pa.Schema, spec: ReadSpec) -> _Layout:
     file_fields = list(file_schema)
     wanted = _file_columns(file_fields, spec)
     names = sorted({file_fields[i].name for i in wanted.values()})
-    layout = _Layout(file_fields, wanted, names)
-    if spec.mode != "id":
-        spec.layouts[file_schema] = layout
-    return layout
+    direct = None
+    if (
+        spec.plan
+        and not spec.metadata
+        and all(
+            c.name in wanted and c.primitive and file_fields[wanted[c.name]].type == c.target
+            for c in spec.plan
+        )
+    ):
+        position = {name: j for j, name in enumerate(names)}
+        direct = tuple(position[file_fields[wanted[c.name]].name] for c in spec.plan)
+    return _Layout(file_fields, wanted, names, direct)
 
 
 def _file_columns(file_fields: list[pa.Field], spec: ReadSpec) -> dict[str, int]:
@@ -256,6 +282,10 @@ def _logical_batch(
 ) -> pa.RecordBatch:
     """The logical columns of one row group read as ``data``. ``compact``: copy each column read as it
     is into fresh buffers (see below); a small row group's single chunk is used as decoded."""
+    if layout.direct is not None and not compact and n:
+        columns = [data.column(j) for j in layout.direct]
+        if all(c.num_chunks == 1 for c in columns):
+            return pa.RecordBatch.from_arrays([c.chunk(0) for c in columns], names=list(spec.read_columns))
     arrays, names = [], []
     for column in spec.plan:
         f = column.field
