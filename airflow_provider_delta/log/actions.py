@@ -313,6 +313,29 @@ class AddFile:
             clustering_provider=d.get("clusteringProvider"),
         )
 
+    @classmethod
+    def from_table(cls, files: pa.Table) -> list[AddFile]:
+        """Each row of ``files`` (``Snapshot.files``, or some of its rows) as ``from_dict`` makes it, read a
+        column at a time: several times faster than converting row by row (an OPTIMIZE of 10,000 files)."""
+        n = files.num_rows
+        columns = files.to_pydict()
+
+        def column(name: str, default: Any = None) -> list[Any]:
+            return columns[name] if name in columns else [default] * n
+
+        return [
+            cls(path=path, size=int(size), partition_values=_as_dict(values) or {},
+                modification_time=int(mtime or 0), data_change=bool(change), stats=stats, tags=_as_dict(tags),
+                deletion_vector=dv, base_row_id=base, default_row_commit_version=version,
+                clustering_provider=provider)
+            for path, size, values, mtime, change, stats, tags, dv, base, version, provider in zip(
+                columns["path"], columns["size"], column("partitionValues"), column("modificationTime"),
+                column("dataChange", True), column("stats"), column("tags"), column("deletionVector"),
+                column("baseRowId"), column("defaultRowCommitVersion"), column("clusteringProvider"),
+                strict=True,
+            )
+        ]  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "path": encode_uri_path(self.path),

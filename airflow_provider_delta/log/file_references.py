@@ -83,7 +83,7 @@ def live_files(snapshot: Snapshot | None, refs: Iterable[Any], *, what: str) -> 
     ]
     column = snapshot.files.column("path")
     found = snapshot.files.filter(pc.is_in(column, value_set=from_strings(sorted(set(wanted)))))
-    by_path = {row["path"]: row for row in found.to_pylist()}
+    by_path = {add.path: add for add in AddFile.from_table(found)}
     missing = [(given, p) for given, p in zip(paths, wanted, strict=True) if p not in by_path]
     if missing:
         given, _ = missing[0]
@@ -94,7 +94,7 @@ def live_files(snapshot: Snapshot | None, refs: Iterable[Any], *, what: str) -> 
             "table root, as Snapshot.file_paths() gives them",
             path=given,
         )
-    return [AddFile.from_dict(by_path[p]) for p in wanted]
+    return [by_path[p] for p in wanted]
 
 
 def tombstone(live: AddFile, deletion_timestamp: int, *, data_change: bool, like: Any = None) -> RemoveFile:

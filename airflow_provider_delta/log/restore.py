@@ -127,8 +127,8 @@ def restore(
     if not ignore_missing_files:
         _check_files_exist(table, adds, target_version, progress)
     now = int(time.time() * 1000)
-    restored = [dataclasses.replace(AddFile.from_dict(r), data_change=True) for r in adds.to_pylist()]
-    removed = [AddFile.from_dict(r).remove(now, data_change=True) for r in removes.to_pylist()]
+    restored = [dataclasses.replace(a, data_change=True) for a in AddFile.from_table(adds)]
+    removed = [a.remove(now, data_change=True) for a in AddFile.from_table(removes)]
     result = RestoreResult(
         version=-1,
         restored_version=target_version,

@@ -179,7 +179,7 @@ def files_to_replace(snap: Snapshot, replace_where: str | None) -> list[AddFile]
                 f"{snap.partition_columns}, not {others}"
             )
         files = files.filter(predicate_mask(predicate, typed_partition_values(snap.metadata, files)))
-    return [AddFile.from_dict(row) for row in files.to_pylist()]
+    return AddFile.from_table(files)
 
 
 class _Files:

@@ -131,11 +131,11 @@ class DeltaCommitOperator(BaseOperator):
 
     def _removes(self, snap: Snapshot) -> list[AddFile]:
         if self.mode == "overwrite":
-            return [AddFile.from_dict(r) for r in snap.files.to_pylist()]
+            return AddFile.from_table(snap.files)
         wanted = {str(p) for p in self.remove or []}
         if not wanted:
             return []
-        live = [AddFile.from_dict(r) for r in snap.files.to_pylist() if r["path"] in wanted]
+        live = [a for a in AddFile.from_table(snap.files) if a.path in wanted]
         if missing := sorted(wanted - {f.path for f in live}):
             raise ValueError(f"cannot remove {missing[:5]}: not live files of {self.table_uri}")
         return live

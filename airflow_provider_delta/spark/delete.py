@@ -74,7 +74,7 @@ def delete(
     if condition is None or only_partitions(target.snap, expr):
         if condition is not None:
             files = files_where(spark, target, files, cond)
-        changes.removes = [AddFile.from_dict(r) for r in files.to_pylist()]
+        changes.removes = AddFile.from_table(files)
         metrics.update(numRemovedFiles=len(changes.removes), numDeletedRows=num_records(changes.removes),
                        numRemovedBytes=sum(a.size for a in changes.removes), scanTimeMs=0,
                        rewriteTimeMs=0)  # fmt: skip
@@ -91,7 +91,7 @@ def delete(
             touched = files_named(files, hits)
             old = target_rows(spark, target, touched)
             changes.adds = write_rows(target, old.where(~matched).drop(PATH, INDEX))  # ids kept, if tracked
-            changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
+            changes.removes = AddFile.from_table(touched)
             if target.change_data:
                 changes.change_data.append(change_rows(target, old.where(matched), "delete"))
             metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),

@@ -309,7 +309,7 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
         written = plan.where(F.col(_KIND).isin("update", "insert")).select(*out, *ids)
     else:
         touched = files if every_file else files_named(files, hits)
-        changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
+        changes.removes = AddFile.from_table(touched)
         new = inserted.select(*out, *ids)
         written = _rewritten(builder, target, touched, touched_rows, n).unionByName(new)
     changes.adds = write_rows(target, written)

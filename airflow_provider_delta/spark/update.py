@@ -110,7 +110,7 @@ def update(
                             *tracking(target, F.col(ROW_ID), version))  # fmt: skip
         rewritten = regenerated(chosen, target, dict.fromkeys(computed, F.col(_MATCHED))).drop(_MATCHED)
         changes.adds = write_rows(target, rewritten)
-        changes.removes = [AddFile.from_dict(r) for r in touched.to_pylist()]
+        changes.removes = AddFile.from_table(touched)
     if target.change_data:
         changes.change_data.append(change_rows(target, old.where(matched), "update_preimage"))
         changes.change_data.append(change_rows(target, updated, "update_postimage"))

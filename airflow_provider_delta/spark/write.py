@@ -230,7 +230,7 @@ def files_to_replace(spark: SparkSession, snap: Snapshot, replace_where: str | N
                 f"{snap.partition_columns}: {exc}"
             ) from exc
         files = files.take(hits.column("__file"))
-    return [AddFile.from_dict(row) for row in files.to_pylist()]
+    return AddFile.from_table(files)
 
 
 # -- writing ------------------------------------------------------------------------------------------
