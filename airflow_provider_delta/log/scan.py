@@ -133,16 +133,12 @@ class Scan:
 
     def tasks(self) -> list[FileTask]:
         """The files to read, in log order."""
-        fields = [f for f in _TASK_FIELDS if f in self.files.column_names]
+        n = self.files.num_rows
+        columns = self.files.select([f for f in _TASK_FIELDS if f in self.files.column_names]).to_pydict()
+        path, values, dv, base, version = (columns.get(f, [None] * n) for f in _TASK_FIELDS)
         return [
-            FileTask(
-                r["path"],
-                dict(r["partitionValues"] or []),
-                r.get("deletionVector"),
-                r.get("baseRowId"),
-                r.get("defaultRowCommitVersion"),
-            )  # fmt: skip
-            for r in self.files.select(fields).to_pylist()
+            FileTask(p, dict(v or []), d, b, c)
+            for p, v, d, b, c in zip(path, values, dv, base, version, strict=True)
         ]
 
     def _groups(self) -> list[list[FileTask]]:

@@ -20,6 +20,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .actions import Metadata, Protocol
@@ -41,6 +42,7 @@ METADATA_COLUMN = "_metadata"
 ROW_ID_COLUMN = MATERIALIZED_ROW_ID
 ROW_VERSION_COLUMN = MATERIALIZED_ROW_COMMIT_VERSION
 THREADED_ROW_GROUP_ROWS = 64 * 1024  # row groups at least this long are decoded on Arrow's threads
+_LOCAL = pafs.LocalFileSystem()
 
 
 def check_metadata_fields(fields: Sequence[str], protocol: Protocol, metadata: Metadata, where: str) -> None:
@@ -193,7 +195,7 @@ def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterat
     local = "file" in (file_fs.protocol if isinstance(file_fs.protocol, tuple) else (file_fs.protocol,))
     # A local file opened directly: handing pyarrow the path makes it resolve a file system for every
     # file, a fifth of the cost of reading a small one.
-    source = pa.OSFile(path) if local else file_fs.open(path, "rb")
+    source = _LOCAL.open_input_file(path) if local else file_fs.open(path, "rb")
     try:
         # Pre-buffering coalesces reads into few large requests: worth it on object stores, a cost on disk.
         pf = pq.ParquetFile(source, pre_buffer=not local)
