@@ -411,6 +411,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=key)  # stable: collection order within equal keys
 
 
+# The test JVMs' options (our local Spark, the standalone cluster's daemons, the oracle's Delta Spark): they
+# live minutes, on two busy cores. The JIT stops at C1: C2's compile time does not pay back that soon (C2
+# cost a quarter of the CPU time of tests/spark, 110 s against 83 s). The serial collector: G1's concurrent
+# work costs more CPU than these small heaps need (Delta Spark's scenarios: 6 % less CPU; tests/spark's
+# driver: 11 % less; the same results).
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 class _LocalSpark:
     """Our local Spark, one per test process: a JVM costs 7-12 s to start, and 17 modules use it.
 
@@ -437,7 +445,7 @@ class _LocalSpark:
                     "spark.sql.shuffle.partitions": "2",
                     "spark.default.parallelism": "2",
                     "spark.driver.memory": "1g",
-                    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m",
+                    "spark.driver.extraJavaOptions": f"{TEST_JVM_OPTIONS} -XX:ReservedCodeCacheSize=256m",
                     "spark.sql.session.timeZone": "UTC",
                 },
             )
@@ -474,11 +482,9 @@ def spark(_spark_session_end: None) -> Any:
     """Our Spark (the product's pyspark), local[2] with small shuffles, so it stays quick on two cores; one
     session for this process's modules in turn (see :class:`_LocalSpark`).
 
-    1 GiB of heap: two xdist workers may each hold this session and an oracle's at once. The JIT stops at C1
-    (as the oracle's does): a test session's JVM lives minutes, too short for C2's compile time to pay back,
-    and C2 compiling cost a quarter of the CPU time of tests/spark (110 s against 83 s). C1's default code
-    cache (48 MiB) is too small for a session shared by many modules: once full, compiling stops and tasks
-    fail.
+    1 GiB of heap: two xdist workers may each hold this session and an oracle's at once. JVM options:
+    ``TEST_JVM_OPTIONS``. C1's default code cache (48 MiB) is too small for a session shared by many
+    modules: once full, compiling stops and tasks fail.
     """
     return _local_spark.get()
 
@@ -532,6 +538,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(work),
         "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,
     }
     port, web_port = _free_port(), _free_port()
     master_url = f"spark://127.0.0.1:{port}"

@@ -45,11 +45,12 @@ def session(jars: list[str], warehouse: str) -> Any:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.warehouse.dir": warehouse,
-        # C1 only (a test JVM lives minutes: C2's compile time does not pay back); a code cache big enough for
-        # a JVM shared by every oracle module (C1's default 48 MiB filled within a minute, which stops
-        # compilation and then fails tasks with "Out of space in CodeCache").
+        # C1 only (a test JVM lives minutes: C2's compile time does not pay back) and the serial collector
+        # (6 % less CPU than G1 on the scenarios), as tests/conftest.py's TEST_JVM_OPTIONS; a code cache big
+        # enough for a JVM shared by every oracle module (C1's default 48 MiB filled within a minute, which
+        # stops compilation and then fails tasks with "Out of space in CodeCache").
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse} -XX:TieredStopAtLevel=1 "
-                                         "-XX:ReservedCodeCacheSize=256m",
+                                         "-XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m",
         "spark.sql.codegen.wholeStage": "false",
         # Interpreted expressions and no adaptive re-planning: the oracle's queries touch a few rows, and
         # generating, compiling and re-planning cost it 10 % of its CPU time (same results either way).
