@@ -20,7 +20,7 @@ from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Tabl
 from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.errors import ZOrderColumnError
 from airflow_provider_delta.spark import write
-from airflow_provider_delta.spark.optimize import optimize
+from airflow_provider_delta.spark.optimize import SLICE_BYTES, optimize, read_slices
 
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.int32()), ("y", pa.int32()), ("p", pa.string())])
 
@@ -165,3 +165,20 @@ def test_row_ids_and_commit_versions_are_kept(spark, tmp_path: Path):
     assert tracked() == before
     # The new files got fresh base ids above every id handed out; the rows keep theirs.
     assert min(table.snapshot().files.column("baseRowId").to_pylist()) > max(r[1] for r in before)
+
+
+@pytest.mark.parametrize(
+    ("files", "size", "expected"),
+    [
+        (10_000, 2_600, 2),  # many small files: one task per core
+        (1, 10**9, 1),  # never more tasks than files
+        (3, 10**9, 3),
+        (100, 100 * 2**20, 8),  # a big bin: about SLICE_BYTES a task, at most four per core
+        (40, SLICE_BYTES, 8),
+        (5, SLICE_BYTES, 5),
+        (0, 0, 1),
+    ],
+)
+def test_a_bin_is_read_by_one_task_per_core_unless_its_bytes_call_for_more(files, size, expected) -> None:
+    table = pa.table({"size": pa.array([size] * files, pa.int64())})
+    assert read_slices(table, parallelism=2) == expected
