@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from .optimize_commit import BatchResult, OptimizeMetrics, commit_batch, rewritt
 from .optimize_plan import Bin, OptimizePlan, plan_optimize
 from .physical_columns import to_physical
 from .row_tracking import materialized_columns as tracked_columns
-from .scan import Scan
+from .scan import Scan, gathered
 from .schema import column_mapping_mode, delta_schema_to_arrow, physical_name
 from .snapshot import Snapshot
 from .space_filling_curves import curve_keys, cut_keys, part_ids, range_boundaries
@@ -142,7 +142,7 @@ def rewrite_bin(
     writer = _BinWriter(table, plan, bin_, kept, parts if cuts is not None else 1)
     try:
         scan = Scan(snapshot, metadata=metadata, files=bin_.files, read_ahead=read_ahead)
-        for chunk in _chunks(scan.to_batches()):
+        for chunk in gathered(scan.to_batches(), _CHUNK_ROWS, _CHUNK_BYTES):
             ids = None
             if cuts is not None and boundaries is not None:
                 values = [_column(chunk, c) for c in plan.columns]
@@ -193,22 +193,6 @@ def bin_records(files: pa.Table) -> int:
     for stats in files.column("stats").to_pylist():
         total += int(json.loads(stats).get("numRecords", 0)) if stats else SAMPLE_ROWS
     return total
-
-
-def _chunks(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
-    """Small batches (a small file is one) gathered into tables of about ``_CHUNK_ROWS`` rows, so the
-    conversion and the writer run per chunk, not per file."""
-    pending: list[pa.RecordBatch] = []
-    rows = size = 0
-    for batch in batches:
-        pending.append(batch)
-        rows += batch.num_rows
-        size += batch.get_total_buffer_size()
-        if rows >= _CHUNK_ROWS or size >= _CHUNK_BYTES:
-            yield pa.Table.from_batches(pending).combine_chunks()
-            pending, rows, size = [], 0, 0
-    if pending:
-        yield pa.Table.from_batches(pending).combine_chunks()
 
 
 def _column(rows: pa.Table | pa.RecordBatch, name: str) -> Any:

@@ -31,6 +31,7 @@ from .scan_file import (
     FileTask,
     ReadSpec,
     check_metadata_fields,
+    file_tasks,
     read_data_file,
 )
 from .schema import column_mapping_mode, physical_name
@@ -49,7 +50,6 @@ DEFAULT_READ_AHEAD = 4  # files (or groups of small files) read concurrently and
 SMALL_LOCAL_FILE_BYTES = 32 * 1024
 GROUP_FILES = 64  # small files read by one worker in one go
 GROUP_BYTES = 4 * 1024 * 1024  # ... and up to this many bytes of them
-_TASK_FIELDS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
 
 
 class Scan:
@@ -133,13 +133,7 @@ class Scan:
 
     def tasks(self) -> list[FileTask]:
         """The files to read, in log order."""
-        n = self.files.num_rows
-        columns = self.files.select([f for f in _TASK_FIELDS if f in self.files.column_names]).to_pydict()
-        path, values, dv, base, version = (columns.get(f, [None] * n) for f in _TASK_FIELDS)
-        return [
-            FileTask(p, dict(v or []), d, b, c)
-            for p, v, d, b, c in zip(path, values, dv, base, version, strict=True)
-        ]
+        return file_tasks(self.files)
 
     def _groups(self) -> list[list[FileTask]]:
         """The tasks in log order, consecutive small files together (up to ``GROUP_FILES`` files and
@@ -198,6 +192,30 @@ def batches_in_order(units: Iterable[Any], read: Callable[[Any], list[pa.RecordB
     for batches in ordered(units, read, read_ahead):
         for batch in batches:
             yield batch if batch.schema == schema else batch.cast(schema)
+
+
+def gathered(batches: Iterable[pa.RecordBatch], rows: int, size: int) -> Iterator[pa.Table]:
+    """``batches`` (a small file gives a small one) gathered into tables of about ``rows`` rows or
+    ``size`` bytes, each one chunk: consumers that pay per batch (a writer's row groups, Spark's Arrow
+    messages) then pay per gathered table, not per file. A batch that fills a table alone is not copied."""
+    pending: list[pa.RecordBatch] = []
+    count = total = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        count += batch.num_rows
+        total += batch.get_total_buffer_size()
+        if count >= rows or total >= size:
+            yield _one_chunk(pending)
+            pending, count, total = [], 0, 0
+    if pending:
+        yield _one_chunk(pending)
+
+
+def _one_chunk(batches: list[pa.RecordBatch]) -> pa.Table:
+    table = pa.Table.from_batches(batches)
+    return table if len(batches) == 1 else table.combine_chunks()
 
 
 def ordered(items: Iterable[Any], work: Any, window: int) -> Iterator[Any]:

@@ -177,6 +177,22 @@ class FileTask:
     selected_rows: dict[str, Any] | None = None
 
 
+# The columns of ``Snapshot.files`` a read needs of each file (what executors are sent, too).
+TASK_FIELDS = ("path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion")
+
+
+def file_tasks(files: pa.Table | pa.RecordBatch) -> list[FileTask]:
+    """A task per row of ``files`` (rows of ``Snapshot.files``, or just its ``TASK_FIELDS``), built a
+    column at a time: a table of many small files has thousands of rows."""
+    n = files.num_rows
+    names = set(files.schema.names)
+    path, values, dv, base, version = (
+        files.column(f).to_pylist() if f in names else [None] * n for f in TASK_FIELDS
+    )
+    rows = zip(path, values, dv, base, version, strict=True)
+    return [FileTask(p, dict(v or []), d, b, c) for p, v, d, b, c in rows]
+
+
 def open_data_file(path: str, fs: Any, root: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
     """The file system and path of a data file: relative to the root, or an absolute URI in the log."""
     if "://" in path or path.startswith("file:"):

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.scan import gathered
 from airflow_provider_delta.log.scan_file import (
     ROW_ID_COLUMN,
     ROW_VERSION_COLUMN,
-    FileTask,
+    TASK_FIELDS,
     ReadSpec,
     check_metadata_fields,
+    file_tasks,
     read_data_file,
 )
 from airflow_provider_delta.log.schema import column_mapping_mode
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_delta.log import Snapshot
 
-TASK_COLUMNS = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
+TASK_COLUMNS = list(TASK_FIELDS)  # sent to executors, one row per file
 
 
 def read(
@@ -116,29 +118,17 @@ def scan_files(
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(table_uri, **spec.storage_options)
-    pending: list[pa.RecordBatch] = []
-    size = 0
-    for batch in batches:
-        for row in batch.to_pylist():
-            task = FileTask(row["path"], dict(row["partitionValues"] or []), row["deletionVector"],
-                            row["baseRowId"], row["defaultRowCommitVersion"])
-            for rows in read_data_file(task, spec, fs, root):
-                pending.append(pa.RecordBatch.from_arrays(rows.columns, names=output.names))
-                size += rows.num_rows
-                if size >= HANDOFF_ROWS:
-                    yield _handoff(pending, output)
-                    pending, size = [], 0
-    if pending:
-        yield _handoff(pending, output)
+    tasks = (task for batch in batches for task in file_tasks(batch))
+    rows = (
+        pa.RecordBatch.from_arrays(b.columns, names=output.names)
+        for task in tasks
+        for b in read_data_file(task, spec, fs, root)
+    )
+    for table in gathered(rows, HANDOFF_ROWS, HANDOFF_BYTES):
+        yield table.to_batches()[0].cast(output)
 
 
 # Rows of small files go to Spark in batches of about this many: each batch is an Arrow message the JVM
 # turns into rows, and a batch per 50-row file cost more than reading the file (OPTIMIZE of 10,000 files).
 HANDOFF_ROWS = 32 * 1024
-
-
-def _handoff(batches: list[pa.RecordBatch], output: pa.Schema) -> pa.RecordBatch:
-    """One batch of ``batches`` (a large file's batch as it is), in Spark's ``output`` schema."""
-    if len(batches) == 1:
-        return batches[0].cast(output)
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0].cast(output)
+HANDOFF_BYTES = 32 * 1024 * 1024
