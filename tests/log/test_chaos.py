@@ -10,7 +10,7 @@ Afterwards the parent audits the table (see ``chaos/audit.py``), runs one quiet 
 again. Each run prints a one-line summary; docs/reliability.md has the design, the rates and the figures.
 
 ``make test`` runs one bounded seed per backend; ``make chaos`` runs longer over several seeds. Settings:
-``CHAOS_SEEDS`` (space- or comma-separated), ``CHAOS_DURATION_S`` (S3, default 50),
+``CHAOS_SEEDS`` (space- or comma-separated), ``CHAOS_DURATION_S`` (S3, default 30),
 ``CHAOS_EMULATOR_DURATION_S`` (GCS and Azure, default 15), ``CHAOS_KILL_EVERY_S`` (mean seconds between
 kills, default 4 on S3 and 2.5 on the emulators), ``CHAOS_REPORT`` (a file each summary line, or for a
 failed run the whole report, is appended to).
@@ -78,7 +78,7 @@ def test_chaos_on_s3(s3_server, s3_bucket: str, tmp_path: Path, seed: int, capsy
     result = run_chaos(
         "s3",
         location,
-        _config(seed, "CHAOS_DURATION_S", 50, writers=3, kill_every_s=4),
+        _config(seed, "CHAOS_DURATION_S", 30, writers=3, kill_every_s=4),
         tmp_path / "run",
         faults_on=lambda: s3_server.faults.start(s3_bucket, seed, **SERVER_RATES),
         faults_off=s3_server.faults.stop,
