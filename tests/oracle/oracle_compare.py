@@ -180,6 +180,20 @@ def _compare_rows(
               f"{only_delta}; only ours {only_ours}")  # fmt: skip
 
 
+def compare_snapshot(m: Mismatches, oracle: Oracle, path: str, version: int, where: str) -> None:
+    """The latest version's log-level state only (Delta Spark's snapshot against our core's): what a
+    caller checks after every operation when it reads the rows another way and compares the rest of
+    :func:`compare_step` once, at the end."""
+    job = oracle.spawn("snapshot", path)
+    try:
+        mine = ours(path, version)
+    except DeltaError as exc:
+        oracle.join(job)
+        m.add(f"{where}: Delta Spark reads version {version}, ours raises {type(exc).__name__}: {exc}")
+        return
+    compare_state(m, where, normalise(oracle.join(job), log_paths=True), mine)
+
+
 def compare_step(m: Mismatches, oracle: Oracle, spark: Any, path: str, version: int, where: str) -> None:
     """Everything about the latest version, ``version``: Delta Spark's snapshot, ``DESCRIBE DETAIL``,
     ``inputFiles()`` and rows against our core and reader. Delta Spark works while ours does (two JVMs)."""
