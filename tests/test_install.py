@@ -159,8 +159,14 @@ def test_no_extras_runs_the_non_spark_examples_without_pyspark(slim_venv, tmp_pa
 
 def test_the_spark_extra_runs_the_spark_example(slim_venv, tmp_path):
     python, wheel, constraints = slim_venv
-    _run([*_uv(), "pip", "install", "-q", "--python", str(python), "-c", str(constraints), f"{wheel}[spark]"],
-         env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})  # fmt: skip
+    install = [*_uv(), "pip", "install", "-q", "--python", str(python), "-c", str(constraints),
+               f"{wheel}[spark]"]  # fmt: skip
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    # PyPI has only an sdist of pyspark. Offline, uv reuses the wheel it built from it for .venv; online,
+    # a registry that answers every revalidation as modified makes uv build it again (30 s of CPU). When
+    # uv's cache cannot resolve offline (a fresh cache never saw pyspark's index page), install online.
+    if subprocess.run([*install, "--offline"], capture_output=True, env=env).returncode != 0:
+        _run(install, env=env)
     env, dags = _home(tmp_path, python, ["delta_spark_pipeline.py"])
     env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
     result = _result(_run([str(python), "-c", RUN_SPARK, str(dags)], env=env, cwd=tmp_path))
