@@ -134,6 +134,8 @@ browser:
 # jars for (ours is newer than Delta Spark supports), and the Delta Spark jars from Maven Central
 # (tests/oracle/pom.xml: only Delta's own artifacts, since Spark brings the rest; it also builds the oracle's
 # LogStore, tests/oracle/java). Reruns cost two file tests.
+# PyPI has only pyspark's sdist: uv's cache is tried first (offline), as a registry that answers every
+# revalidation as modified makes uv build it again online (20 s of CPU on every fresh clone).
 # When uv or mvn fails this warns and goes on: the oracle tests then fail naming what is missing.
 # DELTA_ORACLE=off sets nothing up and skips those tests.
 DELTA_SPARK_VERSION := 4.4.0
@@ -148,7 +150,8 @@ oracle: sync
 	if [ -f "$$stamp" ] && [ -x $(ORACLE)/venv/bin/python ]; then :; \
 	else echo "creating the oracle's venv: pyspark $(ORACLE_PYSPARK_VERSION) in .oracle/venv"; rm -rf $(ORACLE)/venv; \
 	  if $(UV) venv -q --python $(VENV)/bin/python $(ORACLE)/venv \
-	    && $(UV) pip install -q --python $(ORACLE)/venv/bin/python pyspark==$(ORACLE_PYSPARK_VERSION); \
+	    && { $(UV) pip install -q --offline --python $(ORACLE)/venv/bin/python pyspark==$(ORACLE_PYSPARK_VERSION) 2>/dev/null \
+	      || $(UV) pip install -q --python $(ORACLE)/venv/bin/python pyspark==$(ORACLE_PYSPARK_VERSION); }; \
 	  then touch "$$stamp"; else echo "WARNING: the oracle's venv could not be made: oracle tests will fail" >&2; fi; fi; \
 	stamp=$(ORACLE)/.jars-delta-$(DELTA_SPARK_VERSION)-spark-$(ORACLE_SPARK_LINE); \
 	if [ -f "$$stamp" ] && ls $(ORACLE)/jars/delta-spark_*.jar >/dev/null 2>&1 \
