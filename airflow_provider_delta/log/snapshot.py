@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -231,10 +232,24 @@ def update_snapshot(snap: Snapshot, *, now_ms: int | None = None) -> Snapshot:
         return load_snapshot(
             store, now_ms=now_ms, fields=snap.fields, keep_expired_tombstones=snap.keep_expired_tombstones
         )
-    state = apply_commits(snap.state(), store, tuple(new), datas)
-    segment = LogSegment(snap.version + len(new), snap.segment.checkpoint, snap.segment.commits + tuple(new))
+    return extend_snapshot(snap, new, datas, now_ms=now_ms)
+
+
+def extend_snapshot(
+    snap: Snapshot, commits: Sequence[FileMeta], datas: Sequence[bytes], *, now_ms: int | None = None
+) -> Snapshot:
+    """``snap`` with the commits right after it applied, given their listing entries and contents: the
+    incremental step of ``update_snapshot``, also taken by a transaction that has just read and written
+    those commits, so that the next snapshot need not read them again."""
+    expected = list(range(snap.version + 1, snap.version + 1 + len(commits)))
+    if [commit_version(f.name) for f in commits] != expected:
+        raise ValueError(f"commits after version {snap.version} must follow it without a gap")
+    state = apply_commits(snap.state(), snap.store, tuple(commits), list(datas))
+    segment = LogSegment(
+        snap.version + len(commits), snap.segment.checkpoint, snap.segment.commits + tuple(commits)
+    )
     vacuum = (snap.vacuum_started, snap.vacuum_cutoff)
-    return _from_state(store, segment, state, now_ms, snap.keep_expired_tombstones, vacuum)
+    return _from_state(snap.store, segment, state, now_ms, snap.keep_expired_tombstones, vacuum)
 
 
 def _same_file(a: FileMeta, b: FileMeta) -> bool:

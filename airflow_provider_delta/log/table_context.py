@@ -42,3 +42,13 @@ class TableContext:
             if latest.version == version:
                 return latest
         return load_snapshot(self.store, version)
+
+    def advance(self, snap: Snapshot) -> None:
+        """Keep ``snap``, newer than the snapshot held and read the same way, as the latest: a transaction
+        hands over the snapshot after its commit (Delta Spark's update after a commit), built from the
+        commits it read and wrote. The next ``snapshot()`` still lists the log from there."""
+        held = self._latest
+        if held is None or snap.store is not self.store or snap.version <= held.version:
+            return
+        if snap.fields == held.fields and snap.keep_expired_tombstones == held.keep_expired_tombstones:
+            self._latest = snap

@@ -63,9 +63,9 @@ from .row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from .row_tracking import RowIdAssignment, plan_row_ids
 from .segment import commit_name, commit_version
 from .skipping import partition_matcher
-from .snapshot import Snapshot, load_snapshot
+from .snapshot import Snapshot, extend_snapshot, load_snapshot
 from .sql_parser import UnsupportedExpressionError, parse
-from .storage import put_if_absent
+from .storage import FileMeta, put_if_absent
 from .table_context import TableContext
 from .visibility import base_present, check_visible, holds_effects
 from .writer_rules import (
@@ -140,6 +140,10 @@ class Transaction:
         self._attempts: dict[int, list[AddFile]] = {}  # version -> the adds that attempt wrote
         self._committed = False
         self._maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
+        # The commits that won against this transaction since ``snapshot``, as listed and read, and its own
+        # commit file once visible: what the snapshot after the commit is built from (``_hand_off``).
+        self._winners: list[tuple[FileMeta, bytes]] = []
+        self._own_file: FileMeta | None = None
 
     # -- building -----------------------------------------------------------------------------------------
     # Arguments are checked at the call (a wrong type is a TypeError, a file that is not live a
@@ -338,6 +342,7 @@ class Transaction:
                 self._committed = True
                 self.committed_adds = adds
                 log.info("committed version %d of %s (%s)", version, self.table.uri, operation)
+                self._hand_off(version, data)
                 if auto_checkpoint:
                     self._maybe_checkpoint(version)
                 return CommitResult(version, False, attempts, txn_id)
@@ -395,6 +400,7 @@ class Transaction:
         its acknowledgement was lost), ``"taken"`` (another commit holds it) or ``"stale"`` (log cleanup
         removed what this commit builds on, or readers would never see it; the reason comes second)."""
         store = self.table.store
+        unsure = False  # a put of this version had an unknown outcome: the file there may be ours
         for _ in range(5):
             if not base_present(store, version):
                 return "stale", f"version {version - 1}, which this commit builds on, is no longer in the log"
@@ -402,9 +408,11 @@ class Transaction:
             try:
                 put_if_absent(store, commit_name(version), data, allow_unsafe=self.allow_unsafe_storage)
             except FileExistsError:
+                if not unsure:  # another writer's: the winners are read next, this one among them
+                    return "taken", ""
                 existed = True
             except _UNKNOWN_OUTCOME as exc:
-                self._maybe_landed = True
+                unsure = self._maybe_landed = True
                 log.warning("outcome of writing commit %d is unknown (%s); checking the log", version, exc)
             else:
                 return self._verify_visible(version)
@@ -429,7 +437,24 @@ class Transaction:
         if not seen.visible:
             log.warning("commit %d of %s is not visible to readers: %s", version, self.table.uri, seen.reason)
             return "stale", seen.reason
+        self._own_file = seen.commit
         return "ours", ""
+
+    def _hand_off(self, version: int, data: bytes) -> None:
+        """Give the table the snapshot after this commit, built from the snapshot read, the winning commits
+        read while retrying and this commit as written, as Delta Spark updates its log after a commit: the
+        next ``transaction()`` then lists the log without reading those commits again (on object stores,
+        a GET each). Skipped, at no cost to correctness, whenever that chain is not whole."""
+        snap, own = self.snapshot, self._own_file
+        if snap is None or own is None or own.name != commit_name(version):
+            return
+        files = [f for f, _ in self._winners] + [own]
+        try:
+            after = extend_snapshot(snap, files, [d for _, d in self._winners] + [data])
+        except (ValueError, DeltaError) as exc:  # not whole, or not readable: the next snapshot reads
+            log.debug("no snapshot handed over after version %d of %s: %s", version, self.table.uri, exc)
+            return
+        self.table.advance(after)
 
     def _effects_in(self, state: TableState) -> bool:
         return holds_effects(state, self.adds, self.removes, self.app_transaction, self.metadata)
@@ -495,6 +520,7 @@ class Transaction:
             )
         log.warning("%s; committing on the latest snapshot of %s instead", why, where)
         self.snapshot = latest
+        self._winners = []
         if self._row_ids is not None and ROW_TRACKING_DOMAIN in latest.domain_metadata:
             self._row_ids.observe(latest.domain_metadata[ROW_TRACKING_DOMAIN].configuration)
         self._check_vacuum_in_progress()
@@ -543,6 +569,7 @@ class Transaction:
                 self._row_ids.observe(win.domains.get(ROW_TRACKING_DOMAIN))
             previous_ict = in_commit_timestamp_of(data) or previous_ict
             latest = v
+        self._winners.extend(zip(winners, datas, strict=True))
         return None, latest, previous_ict
 
     # -- serialisation ------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ class Visibility:
 
     visible: bool | None
     reason: str = ""
+    commit: FileMeta | None = None  # the commit file as the check listed it (when it was there)
 
 
 def base_present(store: LogStore, version: int) -> bool:
@@ -84,14 +85,14 @@ def check_visible(store: LogStore, version: int, effects_in: Callable[[TableStat
         if order == "unknown":
             unsure.append(cp)
     if not unsure:
-        return Visibility(True)
+        return Visibility(True, commit=ours)
     cp = unsure[0]
     try:
         state = check_checkpoint(store, cp, EFFECT_FIELDS)
     except CheckpointReadError as exc:
         return Visibility(None, f"checkpoint {cp.version} raced this commit and cannot be read ({exc})")
     if effects_in(state):
-        return Visibility(True)
+        return Visibility(True, commit=ours)
     return Visibility(
         False,
         f"checkpoint {cp.version} ({', '.join(cp.names)}) does not hold this commit although it covers "
