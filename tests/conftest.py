@@ -499,6 +499,18 @@ class SparkStandalone:
     web_url: str  # the master's web UI; ``/json/`` reports workers and applications
     spark_home: str
 
+    def session(self, conf: dict[str, str] | None = None) -> Any:
+        """A session of ours on the cluster: executors of 512 MiB with the test JVMs' options (executors
+        live for one test, too short for C2's compiling to pay back), small shuffles, plus ``conf``."""
+        from airflow_provider_delta.spark import spark_session
+
+        base = {
+            "spark.executor.memory": "512m",
+            "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
+            "spark.sql.shuffle.partitions": "2",
+        }
+        return spark_session(self.master_url, {**base, **(conf or {})})
+
     def status(self) -> dict[str, Any]:
         import json
 

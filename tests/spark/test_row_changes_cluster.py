@@ -8,13 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.spark import delete, merge, read, spark_session, update, write
+from airflow_provider_delta.spark import delete, merge, read, update, write
 
 
 def test_row_changes_on_the_standalone_cluster(spark_standalone, tmp_path: Path):
     uri = str(tmp_path / "t")
-    session = spark_session(spark_standalone.master_url, {"spark.executor.memory": "512m",
-                                                          "spark.sql.shuffle.partitions": "2"})  # fmt: skip
+    session = spark_standalone.session()
     try:
         rows = session.range(0, 40).selectExpr("id", "id % 4 AS v", "char(97 + id % 2) AS p").repartition(4)
         write(rows, uri, partition_by=["p"], configuration={"delta.enableDeletionVectors": "true"})

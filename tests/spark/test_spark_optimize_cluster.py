@@ -8,15 +8,13 @@ from pathlib import Path
 
 from test_spark_optimize import _table, kernel_rows
 
-from airflow_provider_delta.spark import spark_session
 from airflow_provider_delta.spark.optimize import optimize
 
 
 def test_on_the_standalone_cluster(spark_standalone, tmp_path: Path):
     table = _table(tmp_path / "t", 6)
     before = kernel_rows(tmp_path / "t")
-    session = spark_session(spark_standalone.master_url, {"spark.executor.memory": "512m",
-                                                          "spark.sql.shuffle.partitions": "2"})  # fmt: skip
+    session = spark_standalone.session()
     try:
         metrics = optimize(session, table.uri, zorder_by=["x"])
         apps = spark_standalone.status().get("activeapps", [])
