@@ -25,7 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote
 
 import pytest
@@ -498,6 +498,8 @@ class SparkStandalone:
     port: int
     web_url: str  # the master's web UI; ``/json/`` reports workers and applications
     spark_home: str
+    # For the drivers and executors of applications on the cluster, as for the cluster's own daemons.
+    jvm_options: ClassVar[str] = TEST_JVM_OPTIONS
 
     def session(self, conf: dict[str, str] | None = None) -> Any:
         """A session of ours on the cluster: executors of 512 MiB with the test JVMs' options (executors
@@ -506,7 +508,7 @@ class SparkStandalone:
 
         base = {
             "spark.executor.memory": "512m",
-            "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
+            "spark.executor.extraJavaOptions": self.jvm_options,
             "spark.sql.shuffle.partitions": "2",
         }
         return spark_session(self.master_url, {**base, **(conf or {})})

@@ -45,10 +45,11 @@ def test_operator_runs_on_the_cluster_named_by_a_spark_connection(
     spark_standalone, dag_file, tmp_path, monkeypatch
 ):
     table = tmp_path / "events"
+    conf = {"spark.executor.memory": "512m", "spark.cores.max": "1", "spark.sql.shuffle.partitions": "2",
+            "spark.executor.extraJavaOptions": spark_standalone.jvm_options}  # fmt: skip
     conn = {
         "conn_type": "spark", "host": "spark://127.0.0.1", "port": spark_standalone.port,
-        "extra": {"deploy-mode": "client", "conf": {"spark.executor.memory": "512m", "spark.cores.max": "1",
-                                                    "spark.sql.shuffle.partitions": "2"}},
+        "extra": {"deploy-mode": "client", "conf": conf},
     }  # fmt: skip
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps(conn))
     before = len(spark_standalone.status().get("completedapps", []))
@@ -114,6 +115,8 @@ def test_spark_submit_job_commits_once_per_task_key(spark_standalone, tmp_path):
         done = subprocess.run(
             [str(submit), "--master", spark_standalone.master_url, "--deploy-mode", "client",
              "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=1",
+             "--driver-java-options", spark_standalone.jvm_options,
+             "--conf", f"spark.executor.extraJavaOptions={spark_standalone.jvm_options}",
              *[arg for setting in lazy for arg in ("--conf", setting)], str(job), str(table), app_id, "1"],
             capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
         )  # fmt: skip
