@@ -169,6 +169,9 @@ def test_the_spark_extra_runs_the_spark_example(slim_venv, tmp_path):
         _run(install, env=env)
     env, dags = _home(tmp_path, python, ["delta_spark_pipeline.py"])
     env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
+    # The JVM options of the suite's other short-lived JVMs (tests/conftest.py), through the java launcher:
+    # C2's compiling does not pay back in a one-task run.
+    env["JDK_JAVA_OPTIONS"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     result = _result(_run([str(python), "-c", RUN_SPARK, str(dags)], env=env, cwd=tmp_path))
     assert result == {"state": "success", "pyspark_imported": True}
 
