@@ -40,6 +40,7 @@ from airflow_provider_delta.log.replay import TableState
 from airflow_provider_delta.log.segment import LogSegment, SegmentBuilder, read_last_checkpoint
 from airflow_provider_delta.log.storage import LogStore
 
+from .read import task_frame
 from .session import default_parallelism
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def _read_actions(spark: SparkSession, table_uri: str, options: dict[str, Any], 
     def read_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return read_action_files(batches, table_uri, options)
 
-    frame = spark.createDataFrame(files).repartition(n)
+    frame = task_frame(spark, files, n)
     return frame.mapInArrow(read_task, from_arrow_schema(ACTION_ROW))
 
 

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable
 from airflow_provider_delta.log.optimize import (
@@ -57,7 +56,7 @@ from airflow_provider_delta.log.schema import column_mapping_mode
 from airflow_provider_delta.log.space_filling_curves import curve_keys, part_ids
 
 from .data_files import WritePlan
-from .read import TASK_COLUMNS, scan_files, with_metadata_schema
+from .read import TASK_COLUMNS, read_slices, scan_files, task_frame, with_metadata_schema
 from .schema import spark_schema_of
 from .session import default_parallelism
 from .write import write_table_files
@@ -68,17 +67,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_MAX_THREADS = 15  # spark.databricks.delta.optimize.maxThreads
 _KEY = "__delta_optimize_file"
-SLICE_BYTES = 128 * 1024 * 1024  # a read task's share of a bin's bytes (as spark.sql.files.maxPartitionBytes)
-
-
-def read_slices(files: pa.Table, parallelism: int) -> int:
-    """How many tasks read a bin's ``files``: one per core at least (reading stays parallel), more for a
-    big bin (up to four per core, about ``SLICE_BYTES`` each, so uneven files still balance), never more
-    than the files. Small files in more tasks only add per-task cost: 10,000 files of 2.6 KB read in 8
-    tasks took 0.3 s longer than in 2."""
-    total = int(pc.sum(files.column("size")).as_py() or 0) if files.num_rows else 0
-    by_size = -(-total // SLICE_BYTES)
-    return max(1, min(files.num_rows, max(parallelism, min(4 * parallelism, by_size))))
 
 
 def optimize(
@@ -201,7 +189,7 @@ def bin_rows(
     output = to_arrow_schema(spark_schema, timezone="UTC")
     tasks = files.select(TASK_COLUMNS)
     slices = read_slices(files, default_parallelism(spark))
-    frame = spark.createDataFrame(tasks).repartition(slices)
+    frame = task_frame(spark, tasks, slices)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return scan_files(batches, table_uri, spec, output)

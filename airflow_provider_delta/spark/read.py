@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.scan import gathered
@@ -33,6 +34,7 @@ from airflow_provider_delta.log.scan_file import (
 from airflow_provider_delta.log.schema import column_mapping_mode
 
 from .schema import spark_schema_of
+from .session import default_parallelism
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,6 +42,31 @@ if TYPE_CHECKING:
     from airflow_provider_delta.log import Snapshot
 
 TASK_COLUMNS = list(TASK_FIELDS)  # sent to executors, one row per file
+SLICE_BYTES = 128 * 1024 * 1024  # a read task's share of a bin's bytes (as spark.sql.files.maxPartitionBytes)
+
+
+def read_slices(files: pa.Table, parallelism: int) -> int:
+    """How many tasks read a bin's ``files``: one per core at least (reading stays parallel), more for a
+    big bin (up to four per core, about ``SLICE_BYTES`` each, so uneven files still balance), never more
+    than the files. Small files in more tasks only add per-task cost: 10,000 files of 2.6 KB read in 8
+    tasks took 0.3 s longer than in 2."""
+    total = int(pc.sum(files.column("size")).as_py() or 0) if files.num_rows else 0
+    by_size = -(-total // SLICE_BYTES)
+    return max(1, min(files.num_rows, max(parallelism, min(4 * parallelism, by_size))))
+
+
+def task_frame(spark: SparkSession, tasks: pa.Table, slices: int) -> DataFrame:
+    """``tasks`` (one row per file) as a DataFrame of ``slices`` partitions of consecutive rows, made
+    without a shuffle: ``createDataFrame`` of an Arrow table makes one partition per record batch (of at
+    most ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows; a longer slice becomes several), so the
+    table is handed over as ``slices`` batches. A ``repartition`` cost a shuffle: 0.3 s of the 1.5 s a warm
+    session took to OPTIMIZE 10,000 small files."""
+    n = tasks.num_rows
+    if n == 0:
+        return spark.createDataFrame(tasks)
+    step = -(-n // max(1, min(slices, n)))
+    batches = [b for i in range(0, n, step) for b in tasks.slice(i, step).combine_chunks().to_batches()]
+    return spark.createDataFrame(pa.Table.from_batches(batches, tasks.schema))
 
 
 def read(
@@ -89,7 +116,7 @@ def read_files(
         storage_options=dict(storage_options or {}),
     )
     output = to_arrow_schema(spark_schema, timezone="UTC")
-    tasks = spark.createDataFrame(files.select(TASK_COLUMNS))
+    tasks = task_frame(spark, files.select(TASK_COLUMNS), read_slices(files, default_parallelism(spark)))
     table_uri = snap.store.uri
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
