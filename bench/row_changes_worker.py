@@ -4,9 +4,11 @@
 project's Python: ``airflow_provider_delta.spark``) or ``delta`` (run by the Delta Spark oracle's Python,
 ``.oracle/venv``, with the jars of ``JARS_DIR``: Delta Spark 4.4's SQL). It imports nothing of the
 project on the ``delta`` side, so it runs in the oracle's environment as it is. Each command is a JSON
-line (``build``, ``merge``, ``delete``, ``optimize``, ``count``, ``stop``); each answer a JSON line with the
-seconds the operation took (only the operation: the session is warm, the source DataFrame defined before the
-clock starts) and the operation's metrics from the commit, which the parent checks.
+line (``build``, ``merge``, ``delete``, ``optimize``, ``count``, ``stop``; on the ``ours`` side also
+``optimize_pyarrow``, the core's OPTIMIZE without Spark, and ``compact_deltalake``, delta-rs's compaction,
+both in this process beside the idle session); each answer a JSON line with the seconds the operation took
+(only the operation: the session is warm, the source DataFrame defined before the clock starts) and the
+operation's metrics from the commit, which the parent checks.
 """
 
 from __future__ import annotations
@@ -112,12 +114,22 @@ def run_ours(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
             .when_matched_update_all().when_not_matched_insert_all()  # fmt: skip
         started = time.perf_counter()
         result = builder.execute()
-    elif cmd["op"] == "optimize":
+    elif cmd["op"] in ("optimize", "optimize_pyarrow"):
+        from airflow_provider_delta.log import DeltaTable
+
         started = time.perf_counter()
-        m = optimize(spark, path)
+        m = optimize(spark, path) if cmd["op"] == "optimize" else DeltaTable(path).optimize()
         seconds = time.perf_counter() - started
         return {"seconds": seconds, "metrics": {"numRemovedFiles": m.num_files_removed,
                                                 "numAddedFiles": m.num_files_added}}  # fmt: skip
+    elif cmd["op"] == "compact_deltalake":
+        import deltalake
+
+        started = time.perf_counter()
+        m = deltalake.DeltaTable(path).optimize.compact()
+        seconds = time.perf_counter() - started
+        return {"seconds": seconds, "metrics": {"numRemovedFiles": m["numFilesRemoved"],
+                                                "numAddedFiles": m["numFilesAdded"]}}  # fmt: skip
     else:
         started = time.perf_counter()
         result = delete(spark, path, DELETE_WHERE)
