@@ -3,13 +3,18 @@
 RESTORE: Delta Spark writes a history (deletion vectors, a new column, a protocol upgrade, an OPTIMIZE);
 the table is copied twice; our core restores one copy, Delta Spark the other, to the same version; both
 must then hold the same live files, protocol, metadata and domains, record the same RESTORE metrics, and
-Delta Spark must read the same rows from both and go on writing ours. When VACUUM deleted files the target
-needs, both refuse, naming the same files.
+Delta Spark must go on writing ours and read from it the rows of its own restored copy and its new one. When
+VACUUM deleted files the target needs, both refuse, naming the same files.
+
+CPU: the module runs Delta Spark with one task per shuffle and per snapshot (``_one_task_per_stage``), and
+reads each table version's rows once where one read proves the point (see each test).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,8 @@ from oracle_zorder import (
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.errors import RestoreMissingFilesError
 from airflow_provider_delta.log.optimize_commit import commit_batch, finished_adds
-from airflow_provider_delta.log.optimize_plan import plan_optimize
+from airflow_provider_delta.log.optimize_plan import Bin, OptimizePlan, plan_optimize
+from airflow_provider_delta.log.snapshot import Snapshot
 from airflow_provider_delta.spark.optimize import write_bins
 
 # The history both RESTOREs start from; the comment is the version each statement makes.
@@ -46,6 +52,33 @@ HISTORY = [
     "UPDATE delta.`{t}` SET v = 'u' WHERE id < 10",  # 7
     "OPTIMIZE delta.`{t}`",  # 8
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_task_per_stage(oracle: Oracle) -> None:
+    """Delta Spark with one shuffle partition and one snapshot partition (the session's are 2) while this
+    module runs; the oracle's ``reset`` puts them back after it.
+
+    The tables here hold tens of files, and a Delta Spark task costs tens of ms of CPU whatever it does (a
+    RESTORE at 200 shuffle partitions: 60 s): at one task a stage, RESTORE takes 2.7 s instead of 3.7, and
+    every state reconstruction, read, DML and filesForScan less too. Neither changes a result: the only
+    writes that go through such a shuffle are the deletion vectors of a DELETE or UPDATE, which then share
+    fewer files (the history's: 2 instead of 3); the data files and the rows each vector deletes are the same.
+    """
+    one = ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions")
+    oracle.call("conf", dict.fromkeys(one, "1"))
+
+
+def _json_row(**values: Any) -> str:
+    """A row as Delta Spark's ``rows`` spells it (Spark's JSON: no spaces, nulls left out)."""
+    return json.dumps(values, separators=(",", ":"))
+
+
+def _row_diff(expected: list[str], got: list[str]) -> str:
+    """The rows Delta Spark missed and those it read besides (multisets of JSON rows), ten of each."""
+    want, read = Counter(expected), Counter(got)
+    missing, unexpected = sorted((want - read).elements())[:10], sorted((read - want).elements())[:10]
+    return f"{len(got)} rows read, {len(expected)} expected; missing {missing}, unexpected {unexpected}"
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +111,15 @@ def test_our_restore_equals_delta_sparks(oracle: Oracle, history: Path, target: 
         m.diff("RESTORE commit", key, d.get(key), o.get(key))
     m.diff("RESTORE result", "metrics", {k: str(v) for k, v in result.metrics().items()},
            d.get("operationMetrics"))  # fmt: skip
-    # Delta Spark reads the same rows from both, those of the target version; then goes on writing ours.
-    expected = oracle.call("rows", str(history), target)
-    m.diff("rows", "ours restored", expected, oracle.call("rows", str(mine)))
-    m.diff("rows", "Delta Spark restored", expected, oracle.call("rows", str(theirs)))
     m.check()
+    # Delta Spark goes on writing ours, then reads from it the rows it reads from its own restored copy and
+    # its new row: one read of ours proves both, as an INSERT of one row into partition z touches no other
+    # file. (Its copy's rows are those of the target version: Delta Spark's RESTORE, not ours, under test.)
+    expected = oracle.call("rows", str(theirs))
     oracle.call("sql", f"INSERT INTO delta.`{mine}` (id, v, part) VALUES (1000, 'after', 'z')")
-    rows = [json.loads(r) for r in oracle.call("rows", str(mine))]
-    assert {"id": 1000, "v": "after", "part": "z"} in rows and len(rows) == len(expected) + 1
+    expected.append(_json_row(id=1000, v="after", part="z"))
+    rows = oracle.call("rows", str(mine))
+    assert rows == sorted(expected), f"RESTORE to version {target}, then INSERT: {_row_diff(expected, rows)}"
 
 
 def test_restore_to_a_timestamp_picks_the_same_version(oracle: Oracle, history: Path):
@@ -96,15 +130,20 @@ def test_restore_to_a_timestamp_picks_the_same_version(oracle: Oracle, history: 
     iso = oracle.sql(f"SELECT CAST(timestamp_millis({when}) AS STRING) AS t")[0]["t"]
     oracle.call("sql", f"RESTORE TABLE delta.`{theirs}` TO TIMESTAMP AS OF '{iso}'")
     assert result.restored_version == 5
-    delta = normalise(oracle.call("snapshot", str(theirs)), log_paths=True)
-    assert delta["files"] == ours(str(mine))["files"]
-    assert oracle.call("rows", str(mine)) == oracle.call("rows", str(theirs))
+    # The same files with the same deletion vectors, protocol and metadata as Delta Spark's restored copy, so
+    # Delta Spark reads the same rows from both (not read: the tests by version read ours after RESTORE).
+    m = Mismatches("RESTORE to a timestamp between versions 5 and 6")
+    delta, state = normalise(oracle.call("snapshot", str(theirs)), log_paths=True), ours(str(mine))
+    for key in ("version", "protocol", "metadata", "files", "txns", "domains"):
+        m.diff("restored table", key, delta[key], state[key])
+    m.check()
 
 
 def test_both_refuse_a_restore_whose_files_vacuum_deleted(oracle: Oracle, history: Path):
-    mine, theirs = copy_table(history, "ours-vacuumed"), copy_table(history, "theirs-vacuumed")
-    for copy in (mine, theirs):
-        oracle.call("sql", f"VACUUM delta.`{copy}` RETAIN 0 HOURS")
+    # One VACUUM (a Spark job listing every file), then a copy of the vacuumed table, files and log alike.
+    mine = copy_table(history, "ours-vacuumed")
+    oracle.call("sql", f"VACUUM delta.`{mine}` RETAIN 0 HOURS")
+    theirs = copy_table(mine, "theirs-vacuumed")
     with pytest.raises(RestoreMissingFilesError) as caught:
         DeltaTable(str(mine)).restore(2)
     with pytest.raises(OracleError) as delta:
@@ -139,16 +178,17 @@ def test_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle, spa
     def ours(path: Path, max_file_size: int) -> Any:
         return spark_optimize(spark, str(path), zorder_by=["x", "y"], max_file_size=max_file_size)
 
-    metrics, mine, before, _ = zorder_against_delta_spark(oracle, delta_zorder, ours, "spark")
+    metrics, mine, before, _ = zorder_against_delta_spark(oracle, delta_zorder, ours, "spark", rows=False)
     assert metrics.num_files_removed == before["total"] and metrics.zorder_stats["numOutputCubes"] == 2
     info = oracle.call("history", str(mine))[0]
     assert info["operation"] == "OPTIMIZE" and info["operationParameters"]["zOrderBy"] == '["x", "y"]'
-    # Delta Spark goes on writing our table: an append, then its own OPTIMIZE over our files.
+    # Delta Spark goes on writing our table: an append, then its own OPTIMIZE over our files. Then it reads
+    # the scattered table's rows and its new one: our Z-order kept every row (read once, after the writes).
     oracle.call("sql", f"INSERT INTO delta.`{mine}` VALUES (-1, 5, 5, 'a')")
     oracle.call("sql", f"OPTIMIZE delta.`{mine}` ZORDER BY (y)")
+    expected = [*delta_zorder.rows, _json_row(id=-1, x=5, y=5, part="a")]
     rows = oracle.call("rows", str(mine))
-    assert len(rows) == ZORDER_ROWS + 1 and json.dumps({"id": -1, "x": 5, "y": 5, "part": "a"},
-                                                       separators=(",", ":")) in rows  # fmt: skip
+    assert len(rows) == ZORDER_ROWS + 1 and rows == sorted(expected), _row_diff(expected, rows)
 
 
 def test_pyarrow_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Oracle,
@@ -167,7 +207,9 @@ def test_pyarrow_zorder_skips_at_least_as_many_files_as_delta_sparks(oracle: Ora
 # A winner commits between the OPTIMIZE's read and its commit. Ours late: our OPTIMIZE (planned and written
 # by our engine) commits after it. Delta Spark late: Delta Spark's OPTIMIZE transaction (begin_optimize:
 # trackFilesRead of the compacted files, dataChange=false actions) commits after it, retried as its
-# commitAndRetry does. Both must decide alike.
+# commitAndRetry does. Both must decide alike. The winner commits once, on Delta Spark's copy, which is
+# copied for ours before Delta Spark's OPTIMIZE commits; our OPTIMIZE's files are written once
+# (``conflict_written``).
 CONFLICT_ROWS = {"a": [1, 2, 3, 4], "b": [11, 12, 13, 14], "c": [21, 22]}
 WINNERS: dict[str, tuple[str, str]] = {
     "Delta Spark appends to a": ("delta", "INSERT INTO delta.`{t}` VALUES (100, 'a')"),
@@ -181,11 +223,27 @@ WINNERS: dict[str, tuple[str, str]] = {
     "ours puts a deletion vector on G1": ("ours", "dv G1"),
     "ours removes H": ("ours", "remove H"),
 }
+# The rows each winner leaves (F1 holds ids 1 and 2, G1 11 and 12, in that order; H 21, c's other file 22):
+# what Delta Spark must read after an OPTIMIZE that commits after the winner, as it read them before it.
+BASE_ROWS = {(i, p) for p, ids in CONFLICT_ROWS.items() for i in ids}
+LEFT: dict[str, set[tuple[int, str]]] = {
+    "Delta Spark appends to a": BASE_ROWS | {(100, "a")},
+    "Delta Spark deletes a row of F1 (deletion vector)": BASE_ROWS - {(1, "a")},
+    "Delta Spark deletes partition c": BASE_ROWS - {(21, "c"), (22, "c")},
+    "Delta Spark updates a row of G1": BASE_ROWS - {(11, "b")} | {(1011, "b")},
+    "Delta Spark sets a property": BASE_ROWS,
+    "Delta Spark optimizes partition a": BASE_ROWS,
+    "ours appends to b": BASE_ROWS | {(200, "b")},
+    "ours removes F1": BASE_ROWS - {(1, "a"), (2, "a")},
+    "ours puts a deletion vector on G1": BASE_ROWS - {(11, "b")},  # row 0 of G1
+    "ours removes H": BASE_ROWS - {(21, "c")},
+}
 
 
 @pytest.fixture(scope="module")
 def conflict_base(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two files in each of a and b, one in c (each INSERT writes one file per partition)."""
+    """Two files in each of a and b (each INSERT ... REPARTITION(1) writes one file per partition), and two
+    in c (H, then 22: the VALUES' two rows go to two tasks)."""
     path = tmp_path_factory.mktemp("conflicts") / "base"
     oracle.call("sql", f"CREATE TABLE delta.`{path}` (id BIGINT, p STRING) USING delta PARTITIONED BY (p) "
                        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")  # fmt: skip
@@ -195,6 +253,43 @@ def conflict_base(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory) -> P
         oracle.call("sql", f"INSERT INTO delta.`{path}` SELECT /*+ REPARTITION(1) */ * FROM VALUES {values}")
     oracle.call("sql", f"INSERT INTO delta.`{path}` VALUES (21, 'c'), (22, 'c')")
     return path
+
+
+def _plan(snapshot: Snapshot) -> OptimizePlan:
+    """Our OPTIMIZE of partitions a and b."""
+    return plan_optimize(snapshot, partition_filter=[("p", "in", ["a", "b"])])
+
+
+@dataclass(frozen=True)
+class Written:
+    """The base with the files our OPTIMIZE of a and b writes (our Spark engine, a job per bin), uncommitted.
+
+    Written once: each case copies the table with these files, plans the same bins and commits their adds
+    (the race is in the commit, not in the write); two Spark writes a case cost a second of CPU.
+    """
+
+    path: Path
+    version: int  # the version our OPTIMIZE reads
+    adds: dict[str, list[AddFile]]  # each bin's adds, by the files it rewrites
+
+    def of(self, plan: OptimizePlan) -> list[tuple[Bin, list[AddFile]]]:
+        """``write_bins``'s answer for ``plan`` (a plan of a copy): the same bins, the same adds."""
+        assert sorted(_bin_key(b) for b in plan.bins) == sorted(self.adds), "not the plan written"
+        return [(b, self.adds[_bin_key(b)]) for b in plan.bins]
+
+
+def _bin_key(b: Bin) -> str:
+    return "|".join(sorted(b.files.column("path").to_pylist()))
+
+
+@pytest.fixture(scope="module")
+def conflict_written(spark: Any, conflict_base: Path) -> Written:
+    table = DeltaTable(str(copy_table(conflict_base, "written")))
+    plan = _plan(table.snapshot())
+    assert sorted(b.files.num_rows for b in plan.bins) == [2, 2]
+    written = write_bins(spark, table, plan, list(plan.bins), {})
+    assert not any(Path(a.path).is_absolute() for _, adds in written for a in adds)  # valid in every copy
+    return Written(Path(table.uri), plan.snapshot.version, {_bin_key(b): adds for b, adds in written})
 
 
 def _file_of(table: DeltaTable, row_id: int) -> AddFile:
@@ -229,35 +324,33 @@ def _outcome(error: str | None) -> str:
 
 
 @pytest.mark.parametrize("winner", list(WINNERS))
-def test_optimize_conflicts_match_delta_spark(oracle: Oracle, spark: Any, conflict_base: Path, winner: str):
+def test_optimize_conflicts_match_delta_spark(oracle: Oracle, conflict_written: Written, winner: str):
     slug = "".join(c if c.isalnum() else "-" for c in winner)
-    # Ours late.
-    table = DeltaTable(str(copy_table(conflict_base, f"ours-late-{slug}")))
-    plan = plan_optimize(table.snapshot(), partition_filter=[("p", "in", ["a", "b"])])
-    assert sorted(b.files.num_rows for b in plan.bins) == [2, 2]
-    written = write_bins(spark, table, plan, list(plan.bins), {})
+    expected = sorted(_json_row(id=i, p=p) for i, p in LEFT[winner])
+    # Delta Spark late: its OPTIMIZE transaction of the files our plan compacts, with our adds, begun; then
+    # the winner commits.
+    table = DeltaTable(str(copy_table(conflict_written.path, f"delta-late-{slug}")))
+    plan = _plan(table.snapshot())
+    compact = [f["path"] for b in plan.bins for f in b.files.select(["path"]).to_pylist()]
+    actions = [json.dumps({"add": a.to_json()}) for b, files in conflict_written.of(plan)
+               for a in finished_adds(plan, b, files)]  # fmt: skip
+    handle = oracle.call("begin_optimize", table.uri, [_log_path(p) for p in compact], actions)
     _win(oracle, table, winner)
-    rows_before = oracle.call("rows", table.uri)
+    # Ours late: the table as the winner left it, copied before Delta Spark's OPTIMIZE commits (one winner for
+    # both engines); our OPTIMIZE, planned on the version the winner read, commits after it.
+    mine = DeltaTable(str(copy_table(Path(table.uri), f"ours-late-{slug}")))
+    delta = _outcome(oracle.call("commit_optimize", handle).get("error"))
+    plan = _plan(mine.snapshot(conflict_written.version))
     try:
-        commit_batch(table, plan, written)
+        committed = commit_batch(mine, plan, conflict_written.of(plan))
         ours = _outcome(None)
     except ConcurrentModificationError as exc:
-        ours = _outcome(type(exc).__name__)
-    if ours == "commits":  # Delta Spark reads the same rows after our OPTIMIZE
-        assert oracle.call("rows", table.uri) == rows_before
-    # Delta Spark late: its OPTIMIZE transaction of the same files, then the winner, then its commit.
-    table = DeltaTable(str(copy_table(conflict_base, f"delta-late-{slug}")))
-    plan = plan_optimize(table.snapshot(), partition_filter=[("p", "in", ["a", "b"])])
-    written = write_bins(spark, table, plan, list(plan.bins), {})
-    compact = [f["path"] for b in plan.bins for f in b.files.select(["path"]).to_pylist()]
-    adds = [json.dumps({"add": a.to_json()}) for b, files in written
-            for a in finished_adds(plan, b, files)]  # fmt: skip
-    handle = oracle.call("begin_optimize", table.uri, [_log_path(p) for p in compact], adds)
-    _win(oracle, table, winner)
-    answer = oracle.call("commit_optimize", handle)
-    delta = _outcome(answer.get("error"))
+        committed, ours = None, _outcome(type(exc).__name__)
     print(f"OPTIMIZE after {winner!r}: Delta Spark {delta}, ours {ours}")
     assert ours == delta, f"OPTIMIZE after a concurrent {winner!r}: Delta Spark {delta}, ours {ours}"
+    if committed is not None:  # Delta Spark reads after our OPTIMIZE the rows the winner left (one read)
+        rows = oracle.call("rows", mine.uri)
+        assert rows == expected, f"OPTIMIZE after a concurrent {winner!r}: {_row_diff(expected, rows)}"
 
 
 def _log_path(path: str) -> str:
