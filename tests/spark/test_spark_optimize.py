@@ -21,7 +21,7 @@ from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.errors import ZOrderColumnError
 from airflow_provider_delta.spark import write
 from airflow_provider_delta.spark.optimize import optimize
-from airflow_provider_delta.spark.read import SLICE_BYTES, read_slices
+from airflow_provider_delta.spark.read import SLICE_BYTES, read_slices, task_frame
 
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.int32()), ("y", pa.int32()), ("p", pa.string())])
 
@@ -183,3 +183,17 @@ def test_row_ids_and_commit_versions_are_kept(spark, tmp_path: Path):
 def test_a_bin_is_read_by_one_task_per_core_unless_its_bytes_call_for_more(files, size, expected) -> None:
     table = pa.table({"size": pa.array([size] * files, pa.int64())})
     assert read_slices(table, parallelism=2) == expected
+
+
+@pytest.mark.parametrize("rows, slices, expected", [(10, 3, 3), (10, 2, 2), (2, 8, 2), (1, 1, 1)])
+def test_task_frame_gives_a_partition_per_slice(spark, rows, slices, expected):
+    # Two chunks, as a table of files often is: the partitions follow the slices, not the chunks, and every
+    # row is in one of them.
+    half = rows // 2
+    schema = pa.schema([("path", pa.string())])
+    tasks = pa.concat_tables([pa.table({"path": [f"f{i}" for i in range(a, b)]}, schema=schema)
+                              for a, b in ((0, half), (half, rows))])  # fmt: skip
+    frame = task_frame(spark, tasks, slices)
+    parts = frame.rdd.glom().map(lambda rows: [r["path"] for r in rows]).collect()
+    assert len(parts) == expected and all(parts)
+    assert sorted(p for part in parts for p in part) == sorted(f"f{i}" for i in range(rows))
