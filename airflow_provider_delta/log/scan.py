@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_utils import rows_pool
 from .expressions import ColumnNotFoundError, Opaque, as_expr
 from .partition_values import typed_partition_values
 from .scan_file import (
@@ -64,6 +65,8 @@ class Scan:
         small files count as one (see ``_groups``). By default 4, or 1 on a local disk when the files are
         small (``SMALL_LOCAL_FILE_BYTES`` on average).
     :param files: the ``add`` rows to read instead of the snapshot's live files (change reads).
+    :param memory_pool: the ``pyarrow.MemoryPool`` the rows are allocated from; by default the system
+        allocator (see ``arrow_utils.rows_pool`` for why not pyarrow's default).
     """
 
     def __init__(
@@ -75,8 +78,10 @@ class Scan:
         metadata: Sequence[str] = (),
         read_ahead: int | None = None,
         files: pa.Table | None = None,
+        memory_pool: pa.MemoryPool | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.memory_pool = memory_pool or rows_pool()
         schema = snapshot.metadata.schema
         by_lower = {f["name"].lower(): f["name"] for f in schema["fields"]}
         where = f"table {snapshot.store.uri}"
@@ -160,7 +165,8 @@ class Scan:
         store = self.snapshot.store
 
         def read(group: list[FileTask]) -> list[pa.RecordBatch]:
-            return [b for task in group for b in read_data_file(task, self.spec, store.fs, store.root)]
+            pool = self.memory_pool
+            return [b for task in group for b in read_data_file(task, self.spec, store.fs, store.root, pool)]
 
         yield from batches_in_order(self._groups(), read, self.read_ahead, self.schema)
 

@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .actions import Metadata, Protocol
-from .arrow_utils import from_numpy, int64_scalar, scalar, single, string_scalar
+from .arrow_utils import copied, from_numpy, int64_scalar, rows_pool, scalar, single, string_scalar
 from .deletion_vectors import deleted_rows
 from .errors import UnsupportedFeatureError
 from .evaluate import predicate_mask
@@ -200,8 +200,12 @@ def open_data_file(path: str, fs: Any, root: str, storage_options: dict[str, Any
     return fs, posixpath.join(root, path)
 
 
-def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterator[pa.RecordBatch]:
-    """The logical rows of one data file, a row group at a time, in the spec's output schema."""
+def read_data_file(
+    task: FileTask, spec: ReadSpec, fs: Any, root: str, pool: pa.MemoryPool | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The logical rows of one data file, a row group at a time, in the spec's output schema, allocated
+    from ``pool`` (by default ``arrow_utils.rows_pool``)."""
+    pool = pool or rows_pool()
     file_fs, path = open_data_file(task.path, fs, root, spec.storage_options)
     deleted = None
     if task.deletion_vector is not None:
@@ -226,19 +230,51 @@ def read_data_file(task: FileTask, spec: ReadSpec, fs: Any, root: str) -> Iterat
             # Decoding a small row group on Arrow's thread pool costs more than it saves (a table of many
             # small files is read a few files at a time in threads already).
             data = pf.read_row_group(rg, columns=layout.names, use_threads=n >= THREADED_ROW_GROUP_ROWS)
-            # Rows a deletion vector drops (or selects) are filtered into fresh buffers anyway.
-            compact = n >= COMPACT_ROW_GROUP_ROWS and deleted is None and selected is None
-            batch = _logical_batch(data, n, first_row, layout, task, spec, compact=compact)
-            if deleted is not None:
-                batch = _drop_deleted(batch, deleted, first_row)
-            if selected is not None:
-                batch = _keep_selected(batch, selected, first_row)
+            keep = _kept(n, first_row, deleted, selected)
+            index = np.arange(first_row, first_row + n, dtype=np.int64) if spec.metadata else None
+            rows = _RowGroup(data, n, index)
+            if keep is not None:
+                # The vector's rows go before anything is built of them (partition columns, ``_metadata``),
+                # and the filter's fresh buffers are compact already: no copy of the columns after it.
+                rows = rows.kept(keep, pool)
+            compact = keep is None and n >= COMPACT_ROW_GROUP_ROWS
+            batch = _filtered(_logical_batch(rows, layout, task, spec, pool, compact=compact), spec, pool)
             first_row += n
-            batch = _filtered(batch, spec)
             if batch.num_rows:
                 yield batch
     finally:
         source.close()
+
+
+@dataclass(frozen=True)
+class _RowGroup:
+    """The columns read of one row group, its number of rows and, when ``_metadata`` is read, each row's
+    index in the file."""
+
+    data: pa.Table
+    rows: int
+    index: np.ndarray | None
+
+    def kept(self, keep: np.ndarray, pool: pa.MemoryPool) -> _RowGroup:
+        """The rows where ``keep`` is true."""
+        index = self.index[keep] if self.index is not None else None
+        return _RowGroup(pc.filter(self.data, from_numpy(keep), memory_pool=pool), int(keep.sum()), index)
+
+
+def _kept(
+    n: int, first_row: int, deleted: np.ndarray | None, selected: np.ndarray | None
+) -> np.ndarray | None:
+    """Which of a row group's ``n`` rows (file rows ``first_row``...) to keep: those the deletion vector
+    does not mark, or only those ``selected`` marks; ``None`` to keep all."""
+    if deleted is None and selected is None:
+        return None
+    marked = deleted if selected is None else selected
+    local = marked[(marked >= first_row) & (marked < first_row + n)].astype(np.int64) - first_row
+    if selected is None and not len(local):
+        return None
+    keep = np.full(n, selected is None)
+    keep[local] = selected is not None
+    return keep
 
 
 def _layout(file_schema: pa.Schema, spec: ReadSpec) -> _Layout:
@@ -293,17 +329,11 @@ def _file_columns(file_fields: list[pa.Field], spec: ReadSpec) -> dict[str, int]
 
 
 def _logical_batch(
-    data: pa.Table,
-    n: int,
-    first_row: int,
-    layout: _Layout,
-    task: FileTask,
-    spec: ReadSpec,
-    *,
-    compact: bool = True,
+    group: _RowGroup, layout: _Layout, task: FileTask, spec: ReadSpec, pool: pa.MemoryPool, *, compact: bool
 ) -> pa.RecordBatch:
-    """The logical columns of one row group read as ``data``. ``compact``: copy each column read as it
-    is into fresh buffers (see below); a small row group's single chunk is used as decoded."""
+    """The logical columns of one row group. ``compact``: copy each column read as it is into fresh
+    buffers (see below); otherwise a column's single chunk is used as it is."""
+    data, n = group.data, group.rows
     if layout.direct is not None and not compact and n:
         columns = [data.column(j) for j in layout.direct]
         if all(c.num_chunks == 1 for c in columns):
@@ -314,7 +344,7 @@ def _logical_batch(
         if column.partition:
             raw = task.partition_values.get(physical_name(f, spec.mode))
             value = parse_partition_value(raw, f["type"])
-            arrays.append(pa.repeat(scalar(value, column.target), n))
+            arrays.append(pa.repeat(scalar(value, column.target), n, memory_pool=pool))
         else:
             i = layout.wanted.get(column.name)
             read = None if i is None else data.column(layout.file_fields[i].name)
@@ -322,25 +352,22 @@ def _logical_batch(
                 # Copied, not kept as read: the copy is compact where the decoder's buffers are not
                 # (rows_10m read whole, row groups of 50,000 rows: 80-100 MiB less peak RSS, and less
                 # system time). A small row group's buffers are small: copying them is only work.
-                if read.num_chunks == 1 and not compact:
-                    arrays.append(read.chunk(0))
-                else:
-                    arrays.append(read.combine_chunks() if read.num_chunks else pa.nulls(0, column.target))
+                keep_as_read = read.num_chunks == 1 and not compact
+                arrays.append(read.chunk(0) if keep_as_read else copied(read, pool))
             else:
-                arrays.append(resolve_column(read, n, f["type"], spec.mode))
+                arrays.append(resolve_column(read, n, f["type"], spec.mode, pool))
         names.append(column.name)
     if spec.metadata:
-        arrays.append(_metadata(data, n, first_row, layout, task, spec))
+        arrays.append(_metadata(group, layout, task, spec))
         names.append(METADATA_COLUMN)
     if not arrays:  # a projection of nothing (a row count): n rows, no columns
         return pa.RecordBatch.from_struct_array(pa.nulls(n, pa.struct([])))
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _metadata(
-    data: pa.Table, n: int, first_row: int, layout: _Layout, task: FileTask, spec: ReadSpec
-) -> pa.StructArray:
-    index = from_numpy(np.arange(first_row, first_row + n, dtype=np.int64))
+def _metadata(group: _RowGroup, layout: _Layout, task: FileTask, spec: ReadSpec) -> pa.StructArray:
+    data, n = group.data, group.rows
+    index = from_numpy(group.index)
     children = []
     for role in spec.metadata:
         if role == "file_path":
@@ -365,38 +392,20 @@ def _metadata(
     return pa.StructArray.from_arrays(children, names=list(spec.metadata))
 
 
-def _drop_deleted(batch: pa.RecordBatch, deleted: np.ndarray, first_row: int) -> pa.RecordBatch:
-    """Drop rows whose file row index (``first_row`` + position) is in the deletion vector."""
-    n = batch.num_rows
-    local = deleted[(deleted >= first_row) & (deleted < first_row + n)].astype(np.int64) - first_row
-    if not len(local):
-        return batch
-    keep = np.ones(n, dtype=bool)
-    keep[local] = False
-    return batch.filter(from_numpy(keep))
-
-
-def _keep_selected(batch: pa.RecordBatch, selected: np.ndarray, first_row: int) -> pa.RecordBatch:
-    """Keep only rows whose file row index (``first_row`` + position) is in ``selected``."""
-    n = batch.num_rows
-    local = selected[(selected >= first_row) & (selected < first_row + n)].astype(np.int64) - first_row
-    keep = np.zeros(n, dtype=bool)
-    keep[local] = True
-    return batch.filter(from_numpy(keep))
-
-
-def _filtered(batch: pa.RecordBatch, spec: ReadSpec) -> pa.RecordBatch:
+def _filtered(batch: pa.RecordBatch, spec: ReadSpec, pool: pa.MemoryPool) -> pa.RecordBatch:
     if spec.filter is not None or spec.arrow_filter is not None:
         table = pa.Table.from_batches([batch])
         if spec.filter is not None:
-            table = table.filter(predicate_mask(spec.filter, table))
+            table = pc.filter(table, predicate_mask(spec.filter, table), memory_pool=pool)
         if spec.arrow_filter is not None:
             table = table.filter(spec.arrow_filter)
         batches = table.to_batches()
         if not table.num_rows:
             batch = batch.slice(0, 0)
+        elif len(batches) == 1:
+            batch = batches[0]
         else:
-            batch = batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]
+            batch = table.combine_chunks().to_batches()[0]
     if len(spec.read_columns) != len(spec.columns):
         batch = batch.select([*spec.columns, *([METADATA_COLUMN] if spec.metadata else [])])
     return batch

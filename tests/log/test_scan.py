@@ -325,3 +325,40 @@ def test_small_local_files_are_read_in_one_thread_large_ones_in_several(tmp_path
     scan = Scan(DeltaTable(big).snapshot())
     assert scan.read_ahead == 4 and scan.to_table().num_rows == 40_000
     assert Scan(DeltaTable(small).snapshot()).to_table()["id"].to_pylist() == [0, 1, 2]
+
+
+def test_rows_are_allocated_from_the_memory_pool_asked_for(tmp_path, monkeypatch):
+    """A scan's rows live in the pool it is given (the system allocator by default, see
+    ``arrow_utils.rows_pool``), on every path a row takes: copied as read, filtered by a deletion vector,
+    built for a partition column; and nothing else stays in that pool once the rows are gone."""
+    uri = str(tmp_path / "t")
+    n = 10_000  # a row group long enough to be copied into compact buffers
+    data = pa.table(
+        {
+            "id": pa.array(range(2 * n), pa.int64()),
+            "name": pa.array([f"n{i % 97}" for i in range(2 * n)]),
+            "part": pa.array(["a"] * n + ["b"] * n),
+        }
+    )
+    write(uri, data, partition_by=["part"], configuration={"delta.enableDeletionVectors": "true"})
+    table = DeltaTable(uri)
+    adds = [AddFile.from_dict(r) for r in table.snapshot().files.to_pylist()]
+    first = next(a for a in adds if a.partition_values == {"part": "a"})
+    stats = json.dumps({**json.loads(first.stats), "tightBounds": False})
+    dv = inline_descriptor(list(range(0, n, 3))).to_json()
+    with_dv = AddFile(first.path, first.size, first.partition_values, first.modification_time, True, stats,
+                      deletion_vector=dv)  # fmt: skip
+    table.transaction().remove_files([first]).add_files([with_dv]).commit("DELETE")
+    expected = sorted(set(range(2 * n)) - set(range(0, n, 3)))
+
+    pool = pa.proxy_memory_pool(pa.system_memory_pool())
+    got = table.scan(memory_pool=pool).to_table()
+    assert sorted(got["id"].to_pylist()) == expected
+    assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == expected  # the default pool reads the same
+    assert pool.bytes_allocated() >= got.get_total_buffer_size() > 0
+    del got
+    assert pool.bytes_allocated() == 0
+
+    assert Scan(table.snapshot()).memory_pool.backend_name == "system"
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")  # the user chose pyarrow's pool: kept
+    assert Scan(table.snapshot()).memory_pool.backend_name == pa.default_memory_pool().backend_name
