@@ -4,7 +4,8 @@
 files read by executors, deletion vectors and column mapping applied), ``read_changes`` (the rows a range of
 versions changed, as Delta Spark's ``table_changes``: planned on the driver from the range's commits, read by
 executors), the row-level ``delete``, ``update`` and ``merge`` (deletion vectors or copy-on-write, one
-commit each) and ``checkpoint_with_spark``.
+commit each), ``optimize`` (OPTIMIZE and Z-order on executors, the plan ``DeltaTable.optimize`` makes) and
+``checkpoint_with_spark``.
 This package imports pyspark (the ``spark`` extra); the core (``airflow_provider_delta.log``), the hook, the
 sensor, the triggers and the operators other than ``DeltaSparkWriteOperator`` never import it.
 """
@@ -25,6 +26,7 @@ from .checkpoint import checkpoint_with_spark
 from .constraints import ConstraintViolationError
 from .delete import delete
 from .merge import MergeBuilder, merge
+from .optimize import optimize
 from .read import read
 from .row_changes import RowChangeResult
 from .schema import SchemaMismatchError
@@ -44,6 +46,7 @@ __all__ = [
     "read_changes",
     "delete",
     "merge",
+    "optimize",
     "read",
     "spark_session",
     "update",

@@ -19,8 +19,7 @@ from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Tabl
 
 from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
 from airflow_provider_delta.log.errors import ZOrderColumnError
-from airflow_provider_delta.spark import write
-from airflow_provider_delta.spark.optimize import optimize
+from airflow_provider_delta.spark import optimize, write
 from airflow_provider_delta.spark.read import SLICE_BYTES, read_slices, task_frame
 
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.int32()), ("y", pa.int32()), ("p", pa.string())])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_spark_optimize import _table, kernel_rows
 
-from airflow_provider_delta.spark.optimize import optimize
+from airflow_provider_delta.spark import optimize
 
 
 def test_on_the_standalone_cluster(spark_standalone, tmp_path: Path):
