@@ -22,7 +22,7 @@ from .errors import InvalidCommitError, SchemaMismatchError, UnsupportedFeatureE
 from .evaluate import evaluate
 from .expressions import Expr
 from .identity import identity_columns
-from .physical_columns import logical_type, strip_type
+from .physical_columns import by_name, logical_type, strip_type
 from .properties import APPEND_ONLY, bool_property
 from .protocol import READER_FEATURES_NEEDING_R3, check_write_supported, reader_features, writer_features
 from .schema import arrow_schema_to_delta, column_mapping_mode
@@ -213,7 +213,7 @@ def _to_type(column: pa.Array, target: pa.DataType, name: str, *, cast_sql: bool
     if column.type == target:
         return column
     try:
-        return column.cast(target, safe=not pa.types.is_timestamp(target))
+        return by_name(column, target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         kind = "generated value" if cast_sql else "column"
         raise SchemaMismatchError(

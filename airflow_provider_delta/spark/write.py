@@ -37,7 +37,14 @@ from airflow_provider_delta.log.write_rows import commit_write
 from .constraints import Rule, check, generated_columns, table_rules
 from .data_files import ADD_ROW, WritePlan, WriteSpec, write_files
 from .native_files import native_write_blocker, write_native
-from .schema import SchemaMismatchError, assign_column_mapping, delta_schema_of, enforce, spark_schema_of
+from .schema import (
+    SchemaMismatchError,
+    assign_column_mapping,
+    by_name,
+    delta_schema_of,
+    enforce,
+    spark_schema_of,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -183,10 +190,11 @@ def _align(df: DataFrame, schema: dict, present: set[str], identity: list[Identi
     identities = {c.name: c for c in identity}
     partitions = df.rdd.getNumPartitions() if identity else 0
     columns, missing = [], []
+    given = {f.name: f.dataType for f in df.schema.fields}
     for field in schema["fields"]:
         name = field["name"]
         if name in present:
-            columns.append(F.col(quote(name)))
+            columns.append(by_name(F.col(quote(name)), given[name], spark_types[name]).alias(name))
         elif name in identities:
             columns.append(F.expr(identity_values_sql(identities[name], partitions)).alias(name))
         elif name in generated:

@@ -288,3 +288,60 @@ def test_column_mapping_writes_physical_names_delta_rs_reads(tmp_path):
     # deltalake's to_pyarrow_table ignores column mapping (all nulls); its DataFusion scan reads it.
     theirs = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(uri)).execute("SELECT id FROM t")
     assert sorted(pa.table(theirs)["id"].to_pylist()) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("mode", ["none", "name", "id"])
+def test_struct_fields_match_by_name_in_any_order_as_delta_spark_merges_schemas(tmp_path, mode):
+    """Delta Spark accepts data whose schema merged into the table's leaves it unchanged: a struct's fields
+    in another order, or some missing, or named in another case. API payloads land that way (a dict's keys
+    in the order they came). A field the table lacks is refused by its path unless merged."""
+    uri = str(tmp_path / "t")
+    point = pa.struct([("x", pa.int64()), ("y", pa.string())])
+    cfg = {"delta.columnMapping.mode": mode} if mode != "none" else None
+    nested = pa.list_(point)
+    write(uri, pa.table({"id": [1], "p": pa.array([{"x": 1, "y": "a"}], point),
+                         "ps": pa.array([[{"x": 1, "y": "a"}]], nested)}), configuration=cfg)  # fmt: skip
+    write(uri, pa.table({"id": [2, 3], "p": [{"y": "b", "x": 2}, None], "ps": [[{"Y": "c"}], None]}))
+    write(uri, pa.table({"ps": [[None, {"y": "d", "x": 4}]], "id": [4]}))
+    got = read_table(uri).sort_by("id").to_pylist()
+    assert got == [
+        {"id": 1, "p": {"x": 1, "y": "a"}, "ps": [{"x": 1, "y": "a"}]},
+        {"id": 2, "p": {"x": 2, "y": "b"}, "ps": [{"x": None, "y": "c"}]},
+        {"id": 3, "p": None, "ps": None},
+        {"id": 4, "p": None, "ps": [None, {"x": 4, "y": "d"}]},
+    ]
+    if mode == "none":  # deltalake's to_pyarrow_table ignores column mapping
+        theirs = deltalake.DeltaTable(uri).to_pyarrow_table().sort_by("id").to_pylist()
+        assert theirs == got
+    before = _versions(uri), _data_files(tmp_path / "t")
+    with pytest.raises(SchemaMismatchError, match=r"'p\.z' are not in the table \(pass schema_mode='merge'"):
+        write(uri, pa.table({"id": [5], "p": [{"x": 5, "z": 0.5}]}))
+    with pytest.raises(SchemaMismatchError, match=r"'ps\.element\.x' \(table: long, data: string\)"):
+        write(uri, pa.table({"id": [5], "ps": [[{"x": "5"}]]}))
+    assert (_versions(uri), _data_files(tmp_path / "t")) == before
+    write(uri, pa.table({"id": [6], "p": [{"z": 0.5, "x": 6}]}), schema_mode="merge")
+    assert read_table(uri).schema.field("p").type == pa.struct([("x", pa.int64()), ("y", pa.string()),
+                                                                 ("z", pa.float64())])  # fmt: skip
+    assert read_table(uri, filter="id = 6").to_pylist()[0]["p"] == {"x": 6, "y": None, "z": 0.5}
+    assert read_table(uri, filter="id = 1").to_pylist()[0]["p"] == {"x": 1, "y": "a", "z": None}
+
+
+def test_a_missing_non_nullable_nested_field_is_refused_by_its_path():
+    """Delta Spark refuses data that lacks a NOT NULL field of a struct (not inside arrays or maps, where it
+    does not check NOT NULL): writing it as null would break the constraint."""
+    from airflow_provider_delta.log.schema_enforcement import match_schema
+
+    def struct(*fields):
+        return {"type": "struct", "fields": [
+            {"name": n, "type": t, "nullable": nullable, "metadata": {}} for n, t, nullable in fields
+        ]}  # fmt: skip
+
+    def array(element):
+        return {"type": "array", "elementType": element, "containsNull": True}
+
+    table = struct(("p", struct(("x", "long", False), ("y", "string", True)), True),
+                   ("ps", array(struct(("x", "long", False))), True))  # fmt: skip
+    with pytest.raises(SchemaMismatchError, match=r"non-nullable nested field\(s\) 'p\.x' are missing"):
+        match_schema(table, struct(("p", struct(("y", "string", True)), True)), merge=False)
+    data = struct(("ps", array(struct(("y", "long", True))), True))
+    assert match_schema(table, data, merge=True)[0] == ["ps"]

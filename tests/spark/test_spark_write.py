@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from spark_helpers import kernel_rows, rows
 
-from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log import DeltaTable, read_table
 from airflow_provider_delta.log.errors import InvalidCommitError
 from airflow_provider_delta.spark import (
     ConstraintViolationError,
@@ -457,3 +457,31 @@ def test_native_write_failure_commits_nothing_and_leaves_no_files(spark, tmp_pat
     after = {p for p in (tmp_path / "t").rglob("*") if "_delta_log" not in p.parts}
     assert after == before  # no data file, and no staging folder either
     assert rows(read(spark, uri), ["n"]) == [(i,) for i in range(10)]
+
+
+@pytest.mark.parametrize("mode", ["none", "name"])
+def test_struct_fields_match_by_name_in_any_order(spark, tmp_path, mode):
+    """As the Arrow writer (and Delta Spark's schema merge): a struct's fields in another order, some
+    missing or in another case, at any depth, land in the table's fields; Spark itself would cast structs
+    by position. ``none`` takes Spark's own Parquet writer, ``name`` the mapInArrow path."""
+    uri = str(tmp_path / "t")
+    cfg = {"delta.columnMapping.mode": mode} if mode != "none" else None
+    point = "struct<x:int,y:string>"
+    table_ddl = f"id long, p {point}, ps array<{point}>, m map<string,{point}>"
+    write(spark.createDataFrame([(1, (1, "a"), [(1, "a")], {"k": (1, "a")})], table_ddl), uri,
+          configuration=cfg)  # fmt: skip
+    turned = "struct<y:string,x:int>"
+    other = f"id long, p {turned}, ps array<struct<Y:string>>, m map<string,{turned}>"
+    data = [(2, ("b", 2), [("c",)], {"k": ("d", 4)}), (3, None, None, None)]
+    write(spark.createDataFrame(data, other), uri)
+    expected = [
+        {"id": 1, "p": {"x": 1, "y": "a"}, "ps": [{"x": 1, "y": "a"}], "m": [("k", {"x": 1, "y": "a"})]},
+        {"id": 2, "p": {"x": 2, "y": "b"}, "ps": [{"x": None, "y": "c"}], "m": [("k", {"x": 4, "y": "d"})]},
+        {"id": 3, "p": None, "ps": None, "m": None},
+    ]
+    assert read_table(uri).sort_by("id").to_pylist() == expected
+    ours = rows(read_table(uri))
+    assert rows(read(spark, uri)) == rows(kernel_rows(Path(uri)), ["id", "p", "ps", "m"]) == ours
+    with pytest.raises(SchemaMismatchError, match=r"'p\.z' are not in the table"):
+        write(spark.createDataFrame([(4, (1, 2.0))], "id long, p struct<x:int,z:double>"), uri)
+    assert DeltaTable(uri).version() == 1
