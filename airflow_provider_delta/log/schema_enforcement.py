@@ -65,6 +65,9 @@ def match_schema(
     if found.missing:
         names = ", ".join(repr(n) for n in found.missing)
         problems.append(f"non-nullable nested field(s) {names} are missing from {what}")
+    if found.duplicated:
+        problems.append("structs with duplicate fields (names match case-insensitively): "
+                        + "; ".join(found.duplicated))  # fmt: skip
     if len({t.lower() for t in targets}) != len(targets):
         problems.append(f"{what} has duplicate columns {targets}")
     if problems:
@@ -87,6 +90,7 @@ class _Found:
         self.extra: list[str] = []
         self.mismatched: list[str] = []
         self.missing: list[str] = []
+        self.duplicated: list[str] = []
 
 
 def _merged_type(
@@ -100,6 +104,8 @@ def _merged_type(
     data_kind = data.get("type") if isinstance(data, dict) else None
     if kind == "struct" and data_kind == "struct":
         by_lower = {f["name"].lower(): f for f in data["fields"]}
+        if len(by_lower) != len(data["fields"]):
+            found.duplicated.append(f"{path!r} {[f['name'] for f in data['fields']]}")
         table_names = {f["name"].lower() for f in table["fields"]}
         fields = []
         for f in table["fields"]:

@@ -318,6 +318,8 @@ def test_struct_fields_match_by_name_in_any_order_as_delta_spark_merges_schemas(
         write(uri, pa.table({"id": [5], "p": [{"x": 5, "z": 0.5}]}))
     with pytest.raises(SchemaMismatchError, match=r"'ps\.element\.x' \(table: long, data: string\)"):
         write(uri, pa.table({"id": [5], "ps": [[{"x": "5"}]]}))
+    with pytest.raises(SchemaMismatchError, match=r"duplicate fields .*'p' \['y', 'Y'\]"):
+        write(uri, pa.table({"id": [5], "p": [{"y": "e", "Y": "f"}]}))
     assert (_versions(uri), _data_files(tmp_path / "t")) == before
     write(uri, pa.table({"id": [6], "p": [{"z": 0.5, "x": 6}]}), schema_mode="merge")
     assert read_table(uri).schema.field("p").type == pa.struct([("x", pa.int64()), ("y", pa.string()),

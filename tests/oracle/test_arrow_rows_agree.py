@@ -1,7 +1,8 @@
 """Our Arrow writer against Delta Spark, live.
 
 - Delta Spark reads what we write: tables our writer made (every partition type with nulls and escaped
-  characters, column mapping, timestamp_ntz, schema merge, replaceWhere, generated columns) read row for row
+  characters, column mapping, timestamp_ntz, schema merge (of a nested field too), structs given by field name
+  in another order, replaceWhere, generated columns) read row for row
   by Delta Spark and by delta-rs; then Delta Spark goes on writing to them (INSERT, UPDATE, DELETE with
   deletion vectors) and we read its result.
 
@@ -72,6 +73,11 @@ def test_delta_spark_and_delta_rs_read_what_we_write_and_delta_spark_goes_on(lay
     write(
         uri, pa.table({"k": pa.array([100], pa.int32()), "s": ["new"], "extra": [1.5]}), schema_mode="merge"
     )
+    # A struct's fields in another order, in another case, one missing; then a new nested field merged.
+    write(uri, pa.table({"k": pa.array([101], pa.int32()), "info": [{"y": "q", "x": 2}]}))
+    write(uri, pa.table({"k": pa.array([102], pa.int32()), "info": [{"Y": "r"}]}))
+    merged = pa.table({"k": pa.array([103], pa.int32()), "info": [{"z": True, "x": 3}]})
+    write(uri, merged, schema_mode="merge")
     table = DeltaTable(uri)
     ours = table.to_pyarrow_table()
     everything = f"SELECT * FROM delta.`{uri}`"
