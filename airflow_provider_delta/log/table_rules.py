@@ -62,8 +62,10 @@ def table_rules(schema: dict, configuration: dict[str, str]) -> list[Rule]:
     for path, f in _fields(schema["fields"]):
         col = _column_path(path)
         md = f.get("metadata") or {}
-        if len(path) == 1 and not f.get("nullable", True):
-            rules.append(Rule(f"NOT NULL {path[0]}", f"{col} IS NOT NULL", f"{col} IS NULL"))
+        if not f.get("nullable", True):
+            # A struct's NOT NULL field too, as Delta Spark checks it (``Invariants.getFromSchema``): the
+            # field read through its parents, so a null parent breaks it as well (delta-io/delta#860).
+            rules.append(Rule(f"NOT NULL {'.'.join(path)}", f"{col} IS NOT NULL", f"{col} IS NULL"))
         if INVARIANTS in md:
             raw = md[INVARIANTS]
             expr = (json.loads(raw) if isinstance(raw, str) else raw)["expression"]["expression"]

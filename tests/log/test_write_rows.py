@@ -347,3 +347,21 @@ def test_a_missing_non_nullable_nested_field_is_refused_by_its_path():
         match_schema(table, struct(("p", struct(("y", "string", True)), True)), merge=False)
     data = struct(("ps", array(struct(("y", "long", True))), True))
     assert match_schema(table, data, merge=True)[0] == ["ps"]
+
+
+def test_a_struct_field_that_is_not_null_is_checked_on_the_rows(tmp_path):
+    """Delta Spark checks NOT NULL on a struct's fields (not inside arrays or maps), reading the field
+    through its parents: a null parent breaks it too (delta-io/delta#860, kept as Delta Spark 4.4 does)."""
+    uri = str(tmp_path / "n")
+    inner = {"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": False, "metadata": {}},
+                                          {"name": "b", "type": "string", "nullable": True, "metadata": {}}]}
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}},
+                                           {"name": "s", "type": inner, "nullable": True, "metadata": {}}]}
+    DeltaTable.create(uri, schema)  # fmt: skip
+    write(uri, pa.table({"id": [1], "s": [{"a": 1, "b": "x"}]}))
+    kind = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    for bad in ([{"a": None, "b": "y"}], [None]):
+        with pytest.raises(ConstraintViolationError, match=r"NOT NULL s\.a .*violated by 1 row"):
+            write(uri, pa.table({"id": [2], "s": pa.array(bad, kind)}))
+    assert _versions(uri) == 1
+    assert _data_files(tmp_path / "n") == set(DeltaTable(uri).snapshot().file_paths())

@@ -210,3 +210,40 @@ def _typed(spark, select: str):
     df = spark.sql(select)
     types = dict(col.split(" ") for col in SPARK_DDL.split(", "))
     return df.selectExpr(*[f"CAST({c} AS {types[c]}) AS {c}" for c in df.columns])
+
+
+def test_a_struct_fields_not_null_is_checked_as_delta_spark_checks_it(oracle, spark, tmp_path):
+    """NOT NULL on a struct's field: Delta Spark reads it through the struct, so a null struct breaks it
+    too (delta-io/delta#860). Both our writers must accept and refuse the rows it accepts and refuses."""
+    m = Mismatches("nested NOT NULL")
+    ddl = "(id INT, s STRUCT<a: INT NOT NULL, b: STRING>) USING delta"
+    candidates = {"valid": (1, {"a": 1, "b": "x"}), "field null": (2, {"a": None, "b": "y"}),
+                  "struct null": (3, None)}  # fmt: skip
+    theirs = str(tmp_path / "theirs")
+    oracle.call("sql", f"CREATE TABLE delta.`{theirs}` {ddl}")
+    literal = {"valid": "named_struct('a', 1, 'b', 'x')", "field null": "named_struct('a', NULL, 'b', 'y')",
+               "struct null": "NULL"}  # fmt: skip
+    inserts = [f"INSERT INTO delta.`{theirs}` VALUES ({candidates[k][0]}, {literal[k]})" for k in candidates]
+    outcomes = dict(zip(candidates, oracle.call("sql_each", inserts, "row"), strict=True))
+    kind = pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.string())])
+    for writer in ("spark", "arrow"):
+        ours = str(tmp_path / writer)
+        oracle.call("sql", f"CREATE TABLE delta.`{ours}` {ddl}")
+        for name, (i, s) in candidates.items():
+            data = pa.table({"id": pa.array([i], pa.int32()), "s": pa.array([s], kind)})
+            try:
+                if writer == "spark":
+                    write(spark.createDataFrame([(i, s)], "id int, s struct<a:int,b:string>"), ours)
+                else:
+                    write_rows(ours, data)
+                wrote = True
+            except ConstraintViolationError as exc:
+                wrote = False
+                if "NOT NULL s.a" not in exc.violations:
+                    m.add(f"{writer} writer, {name}: refused for {sorted(exc.violations)}")
+            if wrote != outcomes[name]["ok"]:
+                verdict = "accepts" if outcomes[name]["ok"] else "rejects"
+                done = "wrote" if wrote else "refused"
+                m.add(f"{writer} writer, {name}: Delta Spark {verdict} it, ours {done} it")
+        m.diff(f"{writer} writer's table", "rows", oracle.call("rows", theirs), oracle.call("rows", ours))
+    m.check()
