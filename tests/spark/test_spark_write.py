@@ -482,6 +482,12 @@ def test_struct_fields_match_by_name_in_any_order(spark, tmp_path, mode):
     assert read_table(uri).sort_by("id").to_pylist() == expected
     ours = rows(read_table(uri))
     assert rows(read(spark, uri)) == rows(kernel_rows(Path(uri)), ["id", "p", "ps", "m"]) == ours
+    added = spark.createDataFrame([(4, (2.0, 4))], "id long, p struct<z:double,x:int>")
     with pytest.raises(SchemaMismatchError, match=r"'p\.z' are not in the table"):
-        write(spark.createDataFrame([(4, (1, 2.0))], "id long, p struct<x:int,z:double>"), uri)
+        write(added, uri)
     assert DeltaTable(uri).version() == 1
+    write(added, uri, merge_schema=True)  # the new field appended to the struct
+    got = read_table(uri).sort_by("id").to_pylist()
+    assert [r["p"] for r in got] == [{"x": 1, "y": "a", "z": None}, {"x": 2, "y": "b", "z": None}, None,
+                                     {"x": 4, "y": None, "z": 2.0}]  # fmt: skip
+    assert rows(kernel_rows(Path(uri)), ["id", "p", "ps", "m"]) == rows(read_table(uri))
