@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.errors import MergeCardinalityError
-from airflow_provider_delta.log.identity import IdentityColumn
+from airflow_provider_delta.log.identity import IdentityColumn, high_water_marks
 
 from .constraints import generated_columns, quote
 from .merge_clause import Clause
@@ -57,7 +57,7 @@ from .row_changes import (
 )
 from .schema import spark_schema_of
 from .target import Target, open_target
-from .write import identity_values_sql
+from .write import file_footer, identity_values_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -313,7 +313,7 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
         new = inserted.select(*out, *ids)
         written = _rewritten(builder, target, touched, touched_rows, n).unionByName(new)
     changes.adds = write_rows(target, written)
-    changes.identity_marks = _identity_marks(builder, target, plan)
+    changes.identity_marks = _identity_marks(builder, target, changes.adds)
     if target.change_data:
         changes.change_data += [
             change_rows(target, inserted.select(*out), "insert"),
@@ -338,22 +338,16 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
                   dv_metric_names=names, cdc_metric="numTargetChangeFilesAdded")  # fmt: skip
 
 
-def _identity_marks(builder: MergeBuilder, target: Target, plan: DataFrame) -> dict[str, int]:
-    """The furthest identity value each column generated for inserted rows (the high-water marks the
-    commit moves); values given explicitly do not move them, as in Delta Spark."""
-    from pyspark.sql import functions as F
-
+def _identity_marks(builder: MergeBuilder, target: Target, adds: list[AddFile]) -> dict[str, int]:
+    """The furthest value each identity column an insert clause generates holds in the files this MERGE
+    wrote (their statistics, else their footers), as Delta Spark tracks it while writing
+    (``DeltaIdentityColumnStatsTracker``: every row written, copied and explicit values included; the
+    commit rounds it onto the column's steps). Taken from the files, not from a second pass over the
+    plan: a plan recomputed after an executor was lost could generate other values than those written."""
     columns = {col.name: col for cols in builder.generated.values() for col in cols}
     if not columns:
         return {}
-    position = {name: j for j, name in enumerate(target.columns)}
-    aggregates = []
-    for name, col in columns.items():
-        clauses = [i for i, cols in builder.generated.items() if any(c.name == name for c in cols)]
-        value = F.when(F.col(_CLAUSE).isin(clauses), F.col(f"__o{position[name]}"))
-        aggregates.append((F.max if col.step > 0 else F.min)(value).alias(name))
-    row = plan.agg(*aggregates).first()
-    return {name: row[name] for name in columns if row[name] is not None}
+    return high_water_marks(list(columns.values()), adds, lambda add: file_footer(target.table, add))
 
 
 def per_clause_inserts(clauses: list[Clause], per_clause: list[int]) -> int:

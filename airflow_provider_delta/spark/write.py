@@ -108,11 +108,12 @@ def write(
         removes = files_to_replace(df.sparkSession, snap, replace_where)
     adds = write_table_files(plan, table, storage_options or {})
     generated = columns_to_generate(plan.schema, df.columns, f"table {table_uri}") if snap else []
-    marks = high_water_marks(generated, adds, lambda add: _footer(table, add)) if generated else {}
+    marks = high_water_marks(generated, adds, lambda add: file_footer(table, add)) if generated else {}
     return _commit(table, snap, plan, adds, removes, mode, replace_where, app_id, app_version, marks)
 
 
-def _footer(table: DeltaTable, add: AddFile) -> pq.FileMetaData:
+def file_footer(table: DeltaTable, add: AddFile) -> pq.FileMetaData:
+    """The Parquet footer of a file the table holds (an ``add`` written just now)."""
     with table.store.open_input_file(table.store.table_file(add.path)) as fh:
         return pq.read_metadata(fh)
 

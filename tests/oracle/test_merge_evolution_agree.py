@@ -280,6 +280,33 @@ def test_identity_values_on_merge_inserts_follow_delta_sparks_rules(
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.parametrize("dv", ["true", "false"])
+def test_the_identity_mark_covers_every_row_a_merge_writes(
+    oracle: Oracle, spark: Any, tmp_path: Path, dv: str
+):
+    """Delta Spark moves the mark to the furthest value in the rows a MERGE writes, not only the values it
+    generates (``DeltaIdentityColumnStatsTracker``): an updated row holding an explicit value beyond the
+    generated ones carries the mark there. Ours reads the written files the same way."""
+    theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
+    oracle.call("sql", f"CREATE TABLE delta.`{theirs}` {IDENTITY.format(how='BY DEFAULT')} USING delta "
+                       f"TBLPROPERTIES ('delta.enableDeletionVectors' = '{dv}')")  # fmt: skip
+    oracle.call("sql", f"INSERT INTO delta.`{theirs}` (k, s) VALUES (1, 'a')")
+    oracle.call("sql", f"INSERT INTO delta.`{theirs}` (id, k, s) VALUES (1000, 2, 'b')")  # beyond the mark
+    shutil.copytree(theirs, ours)
+    upsert = [("matched", "update", {"s": "source.s"}),
+              ("notMatched", "insert", {"k": "source.k", "s": "source.s"})]  # fmt: skip
+    source = "SELECT id + 2 AS k, concat('n', id) AS s FROM range(0, 5)"  # k = 2 updates the row of id 1000
+    on_k = ("target.id = source.id", "target.k = source.k")
+    oracle.call("sql", _sql(theirs, source, upsert, False).replace(*on_k))
+    _ours(spark, ours, source, upsert, False, on=on_k[1])
+    print(f"marks: Delta Spark {_mark(theirs)}, ours {_mark(ours)}")
+    assert _mark(ours) == _mark(theirs) == 1000
+    oracle.call("sql", f"INSERT INTO delta.`{ours}` (k, s) SELECT id + 100, 'z' FROM range(0, 5)")
+    rows = [json.loads(r) for r in oracle.call("rows", ours)]
+    assert len({r["id"] for r in rows}) == len(rows) == 11
+    assert all(r["id"] > 1000 for r in rows if r["k"] >= 100)  # Delta Spark goes on past our mark
+
+
 GENERATED = ("(id BIGINT, v INT, g INT GENERATED ALWAYS AS (v * 10), d DATE, "
              "y INT GENERATED ALWAYS AS (year(d))) USING delta")  # fmt: skip
 CHANGES = "SELECT * FROM VALUES (2L, 5, DATE'2031-02-03'), (3L, 7, DATE'2032-04-05') AS s(id, v, d)"
