@@ -108,38 +108,6 @@ def _is_list(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
-def by_name(array: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array:
-    """``array`` as ``target``, structs matched field by field by name, case-insensitively, at any depth
-    (inside lists and maps too): fields in the table's order, those the data lacks as nulls. What a
-    write does with data whose structs the schema check accepted in another order (``schema_enforcement``);
-    the leaves are cast (dictionaries decoded, timestamps to microseconds)."""
-    if isinstance(array, pa.ChunkedArray):
-        array = copied(array)
-    if array.type == target:
-        return array
-    if pa.types.is_struct(target) and pa.types.is_struct(array.type):
-        given = {array.type.field(i).name.lower(): i for i in range(array.type.num_fields)}
-        flat = array.flatten()  # children as of the array's offset, nulls of the parent included
-        children = [
-            by_name(flat[given[f.name.lower()]], f.type)
-            if f.name.lower() in given
-            else pa.nulls(len(array), f.type)
-            for f in target
-        ]
-        mask = array.is_null() if array.null_count else None
-        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
-    if pa.types.is_list(target) and _is_list(array.type):
-        array = array.cast(pa.list_(array.type.value_field)) if not pa.types.is_list(array.type) else array
-        values = by_name(array.values, target.value_type)
-        mask = array.is_null() if array.null_count else None
-        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=mask)
-    if pa.types.is_map(target) and pa.types.is_map(array.type):
-        keys, items = by_name(array.keys, target.key_type), by_name(array.items, target.item_type)
-        mask = array.is_null() if array.null_count else None
-        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=mask)
-    return array.cast(target, safe=not pa.types.is_timestamp(target))
-
-
 # -- logical -> physical (write) -----------------------------------------------------------------------
 def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` (logical names) rebuilt by position with ``target``'s names, ids and types."""

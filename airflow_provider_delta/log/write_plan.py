@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,7 +23,7 @@ from .errors import InvalidCommitError, SchemaMismatchError, UnsupportedFeatureE
 from .evaluate import evaluate
 from .expressions import Expr
 from .identity import identity_columns
-from .physical_columns import by_name, logical_type, strip_type
+from .physical_columns import logical_type, resolve_column, strip_type
 from .properties import APPEND_ONLY, bool_property
 from .protocol import READER_FEATURES_NEEDING_R3, check_write_supported, reader_features, writer_features
 from .schema import arrow_schema_to_delta, column_mapping_mode
@@ -194,7 +195,7 @@ def align(batch: pa.RecordBatch, plan: WritePlan) -> pa.Table:
         target = logical_type(field["type"])
         column = by_target.get(name.lower())
         if column is not None:
-            arrays[name] = _to_type(column, target, name)
+            arrays[name] = _to_type(column, field["type"], name)
         elif name not in plan.generated:
             arrays[name] = pa.nulls(batch.num_rows, target)
     table = pa.table(arrays) if arrays else pa.table({"_": pa.nulls(batch.num_rows)}).drop_columns(["_"])
@@ -203,17 +204,20 @@ def align(batch: pa.RecordBatch, plan: WritePlan) -> pa.Table:
             continue  # given: checked against its expression with the other rules
         field = next(f for f in plan.schema["fields"] if f["name"] == name)
         value = evaluate(expr, table)
-        table = table.append_column(name, _to_type(value, logical_type(field["type"]), name, cast_sql=True))
+        table = table.append_column(name, _to_type(value, field["type"], name, cast_sql=True))
     return table.select([f["name"] for f in plan.schema["fields"]])
 
 
-def _to_type(column: pa.Array, target: pa.DataType, name: str, *, cast_sql: bool = False) -> pa.Array:
-    """Incoming values in the table's Arrow type: dictionaries decoded, timestamps to microseconds in UTC
-    (sub-microsecond digits dropped, as Delta stores microseconds), large types to their usual form."""
+def _to_type(column: pa.Array, delta_type: Any, name: str, *, cast_sql: bool = False) -> pa.Array:
+    """Incoming values in the column's Arrow type: dictionaries decoded, timestamps to microseconds in UTC
+    (sub-microsecond digits dropped, as Delta stores microseconds), large types to their usual form, and
+    structs matched field by field by name (any order or case, missing fields as nulls) at any depth, as
+    ``resolve_column`` matches a file's columns on read."""
+    target = logical_type(delta_type)
     if column.type == target:
         return column
     try:
-        return by_name(column, target)
+        return resolve_column(column, len(column), delta_type, "none")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         kind = "generated value" if cast_sql else "column"
         raise SchemaMismatchError(

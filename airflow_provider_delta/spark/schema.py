@@ -18,8 +18,7 @@ from airflow_provider_delta.log.schema_enforcement import assign_column_mapping,
 __all__ = ["SchemaMismatchError", "assign_column_mapping", "find_field", "resolve_column", "to_physical"]
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import StructType
 
 
 # -- Spark <-> Delta -----------------------------------------------------------------------------------
@@ -47,30 +46,3 @@ def enforce(table_schema: dict, df_schema: StructType, *, merge: bool) -> tuple[
     table column each DataFrame column writes, in DataFrame order, and the merged schema when ``merge`` adds
     columns (else ``None``). Table columns missing from the DataFrame are written as nulls by the caller."""
     return match_schema(table_schema, df_schema.jsonValue(), merge=merge, what="the DataFrame")
-
-
-def by_name(column: Column, given: DataType, target: DataType) -> Column:
-    """``column`` (of type ``given``) with its structs' fields matched to ``target``'s by name, case-
-    insensitively, at any depth: in the table's order, those it lacks as nulls (Spark would cast structs
-    by position). As the Arrow writer's ``physical_columns.by_name``; the schema check has accepted the
-    match, so the leaves are of the same types."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType, StructType
-
-    if strip_type(given.jsonValue(), nullable=True) == strip_type(target.jsonValue(), nullable=True):
-        return column
-    if isinstance(target, StructType) and isinstance(given, StructType):
-        fields = {f.name.lower(): f for f in given.fields}
-        parts = []
-        for f in target.fields:
-            source = fields.get(f.name.lower())
-            part = (by_name(column.getField(source.name), source.dataType, f.dataType) if source is not None
-                    else F.lit(None).cast(f.dataType))  # fmt: skip
-            parts.append(part.alias(f.name))
-        return F.when(column.isNull(), F.lit(None).cast(target)).otherwise(F.struct(*parts))
-    if isinstance(target, ArrayType) and isinstance(given, ArrayType):
-        return F.transform(column, lambda x: by_name(x, given.elementType, target.elementType))
-    if isinstance(target, MapType) and isinstance(given, MapType):
-        keyed = F.transform_keys(column, lambda k, _: by_name(k, given.keyType, target.keyType))
-        return F.transform_values(keyed, lambda _, v: by_name(v, given.valueType, target.valueType))
-    return column

@@ -29,6 +29,7 @@ from airflow_provider_delta.log import AddFile, CommitResult, DeltaTable
 from airflow_provider_delta.log.creation import initial_actions, required_features
 from airflow_provider_delta.log.errors import InvalidCommitError, TableNotFoundError, UnsupportedFeatureError
 from airflow_provider_delta.log.identity import IdentityColumn, columns_to_generate, high_water_marks
+from airflow_provider_delta.log.physical_columns import strip_type
 from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
 from airflow_provider_delta.log.protocol import check_write_supported, writer_features
 from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
@@ -36,15 +37,9 @@ from airflow_provider_delta.log.write_rows import commit_write
 
 from .constraints import Rule, check, generated_columns, table_rules
 from .data_files import ADD_ROW, WritePlan, WriteSpec, write_files
+from .merge_structs import conform, is_nested
 from .native_files import native_write_blocker, write_native
-from .schema import (
-    SchemaMismatchError,
-    assign_column_mapping,
-    by_name,
-    delta_schema_of,
-    enforce,
-    spark_schema_of,
-)
+from .schema import SchemaMismatchError, assign_column_mapping, delta_schema_of, enforce, spark_schema_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -195,7 +190,12 @@ def _align(df: DataFrame, schema: dict, present: set[str], identity: list[Identi
     for field in schema["fields"]:
         name = field["name"]
         if name in present:
-            columns.append(by_name(F.col(quote(name)), given[name], spark_types[name]).alias(name))
+            column = F.col(quote(name))
+            if is_nested(spark_types[name]) and _differs(given[name], spark_types[name]):
+                # Structs by field name (Spark casts them by position), as a MERGE insert assigns them:
+                # the schema check let through only fields the table has, those missing become NULL.
+                column = conform(column, given[name], spark_types[name], None, True, f"column {name!r}")
+            columns.append(column.alias(name))
         elif name in identities:
             columns.append(F.expr(identity_values_sql(identities[name], partitions)).alias(name))
         elif name in generated:
@@ -207,6 +207,11 @@ def _align(df: DataFrame, schema: dict, present: set[str], identity: list[Identi
     if missing:
         raise SchemaMismatchError(f"non-nullable column(s) {missing} are missing from the DataFrame")
     return df.select(*columns)
+
+
+def _differs(given: Any, target: Any) -> bool:
+    """Whether two Spark types differ other than in nullability."""
+    return strip_type(given.jsonValue(), nullable=True) != strip_type(target.jsonValue(), nullable=True)
 
 
 def identity_values_sql(column: IdentityColumn, partitions: int) -> str:
