@@ -45,6 +45,11 @@ THREADED_ROW_GROUP_ROWS = 64 * 1024  # row groups at least this long are decoded
 # Row groups at least this long have their columns copied into compact buffers (see ``_logical_batch``);
 # shorter ones are used as decoded (a table of many small files: copying only cost time there).
 COMPACT_ROW_GROUP_ROWS = 4 * 1024
+# A string or binary column is read as a dictionary when its dictionary page is less than this share of the
+# column's bytes, until a row group turns out to hold more distinct values than the second share of its
+# rows (see ``_dictionary_columns``).
+DICTIONARY_PAGE_SHARE = 0.25
+DISTINCT_SHARE = 0.5
 _LOCAL = pafs.LocalFileSystem()
 
 
@@ -82,6 +87,8 @@ class _Layout:
     # missing column, no ``_metadata``): the position of each in the table read. Files written by one
     # writer are mostly like this, and skip the per-column work.
     direct: tuple[int, ...] | None = None
+    # Read string and binary columns used as read: file column name -> its Parquet leaf index.
+    strings: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,8 @@ class ReadSpec:
     recent: list[tuple[pa.Schema, _Layout]] = field(
         default_factory=list, init=False, repr=False, compare=False
     )
+    # File columns found to hold mostly distinct values, read as plain values from then on.
+    plain: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     @cached_property
     def plan(self) -> tuple[_Column, ...]:
@@ -222,9 +231,13 @@ def read_data_file(
     try:
         # Pre-buffering coalesces reads into few large requests: worth it on object stores, a cost on disk.
         pf = pq.ParquetFile(source, pre_buffer=not local)
-        layout = _layout(pf.schema_arrow, spec)
-        first_row = 0
         footer = pf.metadata
+        layout = _layout(pf.schema_arrow, spec)
+        dictionary = _dictionary_columns(footer, layout, spec)
+        if dictionary:  # opened again to read those as dictionaries (a large file: the footer is kept)
+            leaves = [*dictionary.values()]
+            pf = pq.ParquetFile(source, metadata=footer, pre_buffer=not local, read_dictionary=leaves)
+        first_row = 0
         for rg in range(footer.num_row_groups):
             n = footer.row_group(rg).num_rows
             # Decoding a small row group on Arrow's thread pool costs more than it saves (a table of many
@@ -232,13 +245,13 @@ def read_data_file(
             data = pf.read_row_group(rg, columns=layout.names, use_threads=n >= THREADED_ROW_GROUP_ROWS)
             keep = _kept(n, first_row, deleted, selected)
             index = np.arange(first_row, first_row + n, dtype=np.int64) if spec.metadata else None
-            rows = _RowGroup(data, n, index)
+            rows = _RowGroup(data, n, index, frozenset())
             if keep is not None:
-                # The vector's rows go before anything is built of them (partition columns, ``_metadata``),
-                # and the filter's fresh buffers are compact already: no copy of the columns after it.
+                # The vector's rows go before anything is built of them (partition columns, ``_metadata``,
+                # the values of dictionary-encoded columns).
                 rows = rows.kept(keep, pool)
-            compact = keep is None and n >= COMPACT_ROW_GROUP_ROWS
-            batch = _filtered(_logical_batch(rows, layout, task, spec, pool, compact=compact), spec, pool)
+            rows = rows.decoded(dictionary, spec, pool)
+            batch = _filtered(_logical_batch(rows, layout, task, spec, pool), spec, pool)
             first_row += n
             if batch.num_rows:
                 yield batch
@@ -254,11 +267,61 @@ class _RowGroup:
     data: pa.Table
     rows: int
     index: np.ndarray | None
+    # The file columns already in compact buffers of their own (see ``_logical_batch``)
+    compact: frozenset[str]
 
     def kept(self, keep: np.ndarray, pool: pa.MemoryPool) -> _RowGroup:
-        """The rows where ``keep`` is true."""
+        """The rows where ``keep`` is true, in fresh compact buffers."""
         index = self.index[keep] if self.index is not None else None
-        return _RowGroup(pc.filter(self.data, from_numpy(keep), memory_pool=pool), int(keep.sum()), index)
+        data = pc.filter(self.data, from_numpy(keep), memory_pool=pool)
+        return _RowGroup(data, int(keep.sum()), index, frozenset(data.column_names))
+
+    def decoded(self, dictionary: dict[str, int], spec: ReadSpec, pool: pa.MemoryPool) -> _RowGroup:
+        """The columns read as dictionaries (``_dictionary_columns``) as plain values, in fresh compact
+        buffers. A column whose dictionary turns out to hold mostly distinct values is read plain from the
+        next file on: its plain pages had to be hashed into the dictionary."""
+        if not dictionary:
+            return self
+        data = self.data
+        for name in dictionary:
+            i = data.schema.get_field_index(name)
+            read = data.column(i)
+            distinct = sum(len(c.dictionary) for c in read.chunks)
+            if self.rows >= COMPACT_ROW_GROUP_ROWS and distinct > DISTINCT_SHARE * self.rows:
+                spec.plain.add(name)
+            values = pc.cast(read, read.type.value_type, memory_pool=pool)
+            data = data.set_column(i, data.field(i).with_type(values.type), values)
+        return _RowGroup(data, self.rows, self.index, self.compact.union(dictionary))
+
+
+def _dictionary_columns(footer: pq.FileMetaData, layout: _Layout, spec: ReadSpec) -> dict[str, int]:
+    """The string and binary columns of a file to read as dictionaries, by name, with their leaf index.
+
+    A dictionary-encoded column read as plain values costs pyarrow about 17 ns a value (each is appended
+    to a builder); read as a dictionary and then decoded, about half that, and the decoded buffers need no
+    compacting copy. But pyarrow builds a dictionary of a column's plain pages (those written after the
+    writer's dictionary grew past its page limit) by hashing every value, at about twice the cost of
+    reading them plain. So a column is read as a dictionary only where its values repeat: its dictionary
+    page is a small part of it (a column of distinct values is mostly dictionary page, or a full one and
+    plain pages), and no row group read so far was mostly distinct (``ReadSpec.plain``, which catches a
+    long row group's plain pages). Small files are read as they are: there the extra step only costs."""
+    if not layout.strings or footer.num_rows < COMPACT_ROW_GROUP_ROWS:
+        return {}
+    groups = [footer.row_group(rg) for rg in range(footer.num_row_groups)]
+    return {
+        name: leaf
+        for name, leaf in layout.strings.items()
+        if name not in spec.plain and all(_repeats(g.column(leaf)) for g in groups)
+    }
+
+
+def _repeats(chunk: pq.ColumnChunkMetaData) -> bool:
+    """Whether a column chunk is dictionary-encoded with a dictionary page (compressed: the page before the
+    first data page) under ``DICTIONARY_PAGE_SHARE`` of its bytes."""
+    if not chunk.has_dictionary_page or chunk.data_page_offset <= chunk.dictionary_page_offset:
+        return False
+    page = chunk.data_page_offset - chunk.dictionary_page_offset
+    return page < DICTIONARY_PAGE_SHARE * chunk.total_compressed_size
 
 
 def _kept(
@@ -308,7 +371,27 @@ def _new_layout(file_schema: pa.Schema, spec: ReadSpec) -> _Layout:
     ):
         position = {name: j for j, name in enumerate(names)}
         direct = tuple(position[file_fields[wanted[c.name]].name] for c in spec.plan)
-    return _Layout(file_fields, wanted, names, direct)
+    leaves = np.cumsum([0] + [_leaf_count(f.type) for f in file_fields])
+    strings = {
+        file_fields[wanted[c.name]].name: int(leaves[wanted[c.name]])
+        for c in spec.plan
+        if c.name in wanted and c.primitive and c.target in (pa.string(), pa.binary())
+        and file_fields[wanted[c.name]].type == c.target
+    }  # fmt: skip
+    return _Layout(file_fields, wanted, names, direct, strings)
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    """How many Parquet leaf columns hold an Arrow type."""
+    if isinstance(t, pa.ExtensionType):
+        return _leaf_count(t.storage_type)
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
 
 
 def _file_columns(file_fields: list[pa.Field], spec: ReadSpec) -> dict[str, int]:
@@ -329,12 +412,14 @@ def _file_columns(file_fields: list[pa.Field], spec: ReadSpec) -> dict[str, int]
 
 
 def _logical_batch(
-    group: _RowGroup, layout: _Layout, task: FileTask, spec: ReadSpec, pool: pa.MemoryPool, *, compact: bool
+    group: _RowGroup, layout: _Layout, task: FileTask, spec: ReadSpec, pool: pa.MemoryPool
 ) -> pa.RecordBatch:
-    """The logical columns of one row group. ``compact``: copy each column read as it is into fresh
-    buffers (see below); otherwise a column's single chunk is used as it is."""
+    """The logical columns of one row group. A column used as read is copied into compact buffers (see
+    below) unless it is in them already, or its row group is small; else its single chunk is used as it
+    is."""
     data, n = group.data, group.rows
-    if layout.direct is not None and not compact and n:
+    copy = set() if n < COMPACT_ROW_GROUP_ROWS else set(data.column_names) - group.compact
+    if layout.direct is not None and not copy and n:
         columns = [data.column(j) for j in layout.direct]
         if all(c.num_chunks == 1 for c in columns):
             return pa.RecordBatch.from_arrays([c.chunk(0) for c in columns], names=list(spec.read_columns))
@@ -347,12 +432,13 @@ def _logical_batch(
             arrays.append(pa.repeat(scalar(value, column.target), n, memory_pool=pool))
         else:
             i = layout.wanted.get(column.name)
-            read = None if i is None else data.column(layout.file_fields[i].name)
+            name = None if i is None else layout.file_fields[i].name
+            read = None if name is None else data.column(name)
             if read is not None and column.primitive and read.type == column.target:
                 # Copied, not kept as read: the copy is compact where the decoder's buffers are not
                 # (rows_10m read whole, row groups of 50,000 rows: 80-100 MiB less peak RSS, and less
                 # system time). A small row group's buffers are small: copying them is only work.
-                keep_as_read = read.num_chunks == 1 and not compact
+                keep_as_read = read.num_chunks == 1 and name not in copy
                 arrays.append(read.chunk(0) if keep_as_read else copied(read, pool))
             else:
                 arrays.append(resolve_column(read, n, f["type"], spec.mode, pool))

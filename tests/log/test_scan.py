@@ -34,6 +34,7 @@ from airflow_provider_delta.log import (
 from airflow_provider_delta.log.deletion_vectors import inline_descriptor, write_deletion_vectors
 from airflow_provider_delta.log.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.scan import Scan
+from airflow_provider_delta.log.schema import parse_schema_string
 
 SEED = 20261124
 TYPES = {
@@ -362,3 +363,61 @@ def test_rows_are_allocated_from_the_memory_pool_asked_for(tmp_path, monkeypatch
     assert Scan(table.snapshot()).memory_pool.backend_name == "system"
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")  # the user chose pyarrow's pool: kept
     assert Scan(table.snapshot()).memory_pool.backend_name == pa.default_memory_pool().backend_name
+
+
+@pytest.mark.parametrize("mapping", ["none", "id"])
+def test_dictionary_encoded_strings_come_back_as_their_values(tmp_path, mapping):
+    """Large files' dictionary-encoded string and binary columns are read as dictionaries and decoded
+    (``scan_file._dictionary_columns``). Their values must come back whole: behind nested columns (the
+    Parquet leaf index), under column mapping, through a deletion vector, with nulls, and for a column
+    whose dictionary outgrew the writer's page limit (plain pages after it), which the scan then reads
+    plain."""
+    uri = str(tmp_path / "t")
+    n = 40_000  # 150-byte distinct keys: 6 MiB, a 1 MiB dictionary page then plain pages
+    parts = []
+    for f in range(3):
+        ids = range(f * n, (f + 1) * n)
+        parts.append(pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "s": pa.array([{"a": i % 7, "b": [i, i + 1]} for i in ids],
+                          pa.struct([("a", pa.int32()), ("b", pa.list_(pa.int64()))])),
+            "m": pa.array([[(f"k{i % 3}", i)] for i in ids], pa.map_(pa.string(), pa.int32())),
+            "name": pa.array([None if i % 11 == 0 else f"name-{i % 50}" for i in ids]),
+            "blob": pa.array([bytes([i % 5]) * 3 for i in ids], pa.binary()),
+            "key": pa.array([f"{i:08d}" + "k" * 142 for i in ids]),
+        }))  # fmt: skip
+    configuration = {"delta.enableDeletionVectors": "true"}
+    if mapping != "none":
+        configuration["delta.columnMapping.mode"] = mapping
+    write(uri, parts[0], configuration=configuration)
+    for part in parts[1:]:
+        write(uri, part)
+    table = DeltaTable(uri)
+    adds = [AddFile.from_dict(r) for r in table.snapshot().files.to_pylist()]
+    assert len(adds) == 3
+    first = next(a for a in adds if json.loads(a.stats)["minValues"][_physical(table, "id")] == 0)
+    footer = pq.read_metadata(str(tmp_path / "t" / first.path))
+    paths = [footer.schema.column(i).path for i in range(footer.num_columns)]
+    key_leaf = paths.index(_physical(table, "key"))
+    assert footer.row_group(0).column(key_leaf).has_dictionary_page  # a dictionary, then plain pages
+    deleted = list(range(0, n, 3))
+    stats = json.dumps({**json.loads(first.stats), "tightBounds": False})
+    dv = inline_descriptor(deleted).to_json()
+    with_dv = AddFile(first.path, first.size, {}, first.modification_time, True, stats, deletion_vector=dv)
+    table.transaction().remove_files([first]).add_files([with_dv]).commit("DELETE")
+
+    expected = pa.concat_tables(parts)
+    expected = expected.filter(pc.invert(pc.is_in(expected["id"], pa.array(deleted, pa.int64()))))
+    scan = Scan(table.snapshot(), read_ahead=1)
+    got = scan.to_table().sort_by("id")
+    assert got.schema == expected.schema
+    assert got.equals(expected)
+    assert scan.spec.plain == {_physical(table, "key")}  # mostly distinct: read plain from then on
+    projected = table.scan(columns=["key", "name"], filter=[("id", ">=", n)]).to_table()
+    assert projected.sort_by("key").equals(expected.filter(pc.field("id") >= n).select(["key", "name"]))
+
+
+def _physical(table: DeltaTable, name: str) -> str:
+    schema = parse_schema_string(table.snapshot().metadata.schema_string)
+    field = next(f for f in schema["fields"] if f["name"] == name)
+    return field.get("metadata", {}).get("delta.columnMapping.physicalName", name)
