@@ -8,7 +8,7 @@ Cases (each run in a fresh interpreter, implementations alternating, see ``bench
 - ``filtered``: the rows of one region (2 of the 200 files, 1 %): ours with ``filter=[("region", "=",
   "r042")]``, deltalake with ``filters=`` the same, Polars ``.filter(pl.col("region") == "r042")``;
 - ``dv``: every row of ``dv_10m`` (the same rows, every data file with a deletion vector dropping one row in
-  ten): deltalake and Polars refuse such tables (reported as refused);
+  ten): deltalake refuses such tables (reported as refused), Polars reads them;
 - ``write``: 10,000,000 rows from an in-memory Arrow table into a new table partitioned by ``region``: ours
   ``write(p, table, partition_by=...)`` against ``deltalake.write_deltalake``.
 
