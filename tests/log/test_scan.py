@@ -313,7 +313,8 @@ def test_streaming_reader_holds_a_few_files_and_hands_off_without_copies(tmp_pat
 
 
 def test_small_local_files_are_read_in_one_thread_large_ones_in_several(tmp_path):
-    """Reads of tiny local files are Python work under the GIL: threads would only contend for it."""
+    """Reads of tiny local files are Python work under the GIL: threads would only contend for it. Large
+    local files are decoding: as many at once as cores, at least two."""
     small = str(tmp_path / "small")
     for i in range(3):
         write(small, pa.table({"id": pa.array([i], pa.int64())}))
@@ -323,8 +324,14 @@ def test_small_local_files_are_read_in_one_thread_large_ones_in_several(tmp_path
     rng = np.random.default_rng(SEED)
     for _ in range(2):  # random doubles do not compress: files well above the small-file mean size
         write(big, pa.table({"x": pa.array(rng.random(20_000))}))
-    scan = Scan(DeltaTable(big).snapshot())
-    assert scan.read_ahead == 4 and scan.to_table().num_rows == 40_000
+    cores = pa.cpu_count()
+    try:  # large local files: one at a time per core, 2 to 4
+        for count, expected in ((1, 2), (2, 2), (3, 3), (16, 4)):
+            pa.set_cpu_count(count)
+            assert Scan(DeltaTable(big).snapshot()).read_ahead == expected
+    finally:
+        pa.set_cpu_count(cores)
+    assert Scan(DeltaTable(big).snapshot()).to_table().num_rows == 40_000
     assert Scan(DeltaTable(small).snapshot()).to_table()["id"].to_pylist() == [0, 1, 2]
 
 
