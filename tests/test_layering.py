@@ -133,14 +133,14 @@ CORE_FLOORS: dict[str, int] = {
     "errors": 0, "properties": 0, "action_values": 0, "arrow_utils": 0, "actions": 0, "schema": 0,
     "protocol": 0, "commit_info": 0, "deletion_vector_format": 0, "arguments": 0, "row_tracking": 0,
     "identity": 0, "clustering": 0, "variant": 0, "expressions": 0, "physical_columns": 0,
-    "schema_enforcement": 0, "schema_evolution": 0,
+    "schema_enforcement": 0, "schema_evolution": 0, "commit_file": 0,
     # 1: storage and log files
     "storage": 1, "segment": 1, "last_checkpoint": 1, "commit_json": 1, "deletion_vectors": 1,
     # 2: state
     "partition_values": 2, "stats": 2, "replay": 2, "snapshot": 2, "history": 2, "table_context": 2,
     "visibility": 2, "file_references": 2, "sql_parser": 2, "evaluate": 2, "table_rules": 2, "skipping": 2,
     "scan_file": 2, "struct_stats": 2, "table_configuration": 2, "change_rows": 2,
-    "change_range": 2,
+    "change_range": 2, "atomic_commit": 2,
     # 3: operations
     "transaction": 3, "conflicts": 3, "writer_rules": 3, "checkpoint": 3, "vacuum": 3, "cleanup": 3,
     "tail": 3, "creation": 3, "data_files": 3, "row_deletion": 3, "change_data": 3, "scan": 3, "changes": 3,

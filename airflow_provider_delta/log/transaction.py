@@ -3,12 +3,12 @@
 Spec: "Requirements for Writers", "Transaction Identifiers"; the commit protocol of the Delta paper
 (002): write ``N.json`` only if absent; on losing the race, read the winners, check for conflicts, and
 retry at the next version. Every commit carries a unique ``txnId`` in its commitInfo, so that a commit
-whose acknowledgement was lost (timeout, reset connection) is recognised instead of written twice.
+whose acknowledgement was lost (timeout, reset connection) is recognised instead of written twice
+(``atomic_commit``). The bytes of each attempt are ``commit_file``'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -21,17 +21,12 @@ import pyarrow as pa
 
 from .actions import AddCDCFile, AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from .arguments import bool_arg, int_arg, str_arg, str_map_arg
+from .atomic_commit import AtomicCommit
 from .change_data import write_change_data
 from .checkpoint import write_checkpoint
 from .clustering import domain_for
-from .commit_info import (
-    ENGINE_INFO,
-    IDENTITY_SCHEMA_UPDATE,
-    VACUUM_START,
-    commit_info_args,
-    in_commit_timestamp_of,
-    txn_id_of,
-)
+from .commit_file import Actions, Provenance, commit_bytes, now_ms
+from .commit_info import VACUUM_START, commit_info_args, in_commit_timestamp_of
 from .conflicts import (
     ISOLATION_LEVELS,
     ReadSet,
@@ -43,7 +38,6 @@ from .conflicts import (
 )
 from .errors import (
     CommitFailedError,
-    CommitOutcomeUnknownError,
     ConcurrentTransactionError,
     ConcurrentVacuumError,
     DeltaError,
@@ -65,9 +59,9 @@ from .segment import commit_name, commit_version
 from .skipping import partition_matcher
 from .snapshot import Snapshot, extend_snapshot, load_snapshot
 from .sql_parser import UnsupportedExpressionError, parse
-from .storage import FileMeta, put_if_absent
+from .storage import FileMeta
 from .table_context import TableContext
-from .visibility import base_present, check_visible, holds_effects
+from .visibility import holds_effects
 from .writer_rules import (
     check_table_writable,
     checked_metadata,
@@ -78,7 +72,6 @@ from .writer_rules import (
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_ATTEMPTS = 200
-_UNKNOWN_OUTCOME = (TimeoutError, ConnectionError, OSError)
 
 
 @dataclass(frozen=True)
@@ -139,11 +132,12 @@ class Transaction:
         self._row_ids: RowIdAssignment | None = None
         self._attempts: dict[int, list[AddFile]] = {}  # version -> the adds that attempt wrote
         self._committed = False
-        self._maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
-        # The commits that won against this transaction since ``snapshot``, as listed and read, and its own
-        # commit file once visible: what the snapshot after the commit is built from (``_hand_off``).
+        self._put = AtomicCommit(
+            table.store, table.uri, self._effects_in, allow_unsafe=self.allow_unsafe_storage
+        )
+        # The commits that won against this transaction since ``snapshot``, as listed and read: with its own
+        # commit file once visible, what the snapshot after the commit is built from (``_hand_off``).
         self._winners: list[tuple[FileMeta, bytes]] = []
-        self._own_file: FileMeta | None = None
 
     # -- building -----------------------------------------------------------------------------------------
     # Arguments are checked at the call (a wrong type is a TypeError, a file that is not live a
@@ -168,7 +162,7 @@ class Transaction:
         self._check_open()
         data_change = bool_arg(data_change, "data_change")
         refs = file_refs(files, "files")
-        now = _now_ms()
+        now = now_ms()
         for ref, live in zip(refs, live_files(self.snapshot, refs, what="remove"), strict=True):
             self.row_deletes.check_not_deleting(live.path)
             self.removes.append(tombstone(live, now, data_change=data_change, like=ref))
@@ -205,7 +199,7 @@ class Transaction:
         """Record ``app_id`` at ``version`` atomically with this commit ("Transaction Identifiers")."""
         self._check_open()
         app_id = str_arg(app_id, "app_id", empty=False)
-        self.app_transaction = SetTransaction(app_id, int_arg(version, "version", minimum=0), _now_ms())
+        self.app_transaction = SetTransaction(app_id, int_arg(version, "version", minimum=0), now_ms())
         self.read.app_ids.add(app_id)
         return self
 
@@ -286,7 +280,7 @@ class Transaction:
 
     def _prepare(self) -> None:
         """Once, before the first attempt: the vectors of ``delete_rows`` written, their actions added."""
-        if (done := self.row_deletes.actions(self, _now_ms())) is not None:
+        if (done := self.row_deletes.actions(self, now_ms())) is not None:
             self.adds.extend(done.adds)
             self.removes.extend(done.removes)
 
@@ -331,13 +325,18 @@ class Transaction:
             attempts += 1
             ict = None
             if self._ict_enabled():  # each in-commit timestamp must exceed the previous one
-                ict = _now_ms() if previous_ict is None else max(_now_ms(), previous_ict + 1)
+                ict = now_ms() if previous_ict is None else max(now_ms(), previous_ict + 1)
             adds, domains = self._file_actions(version)
-            data = self._serialise(
-                operation, operation_parameters, txn_id, ict, user_metadata, version, operation_metrics,
-                adds, domains,
+            provenance = Provenance(
+                operation, operation_parameters, operation_metrics, user_metadata, txn_id,
+                self.snapshot.version if self.snapshot is not None else None, self.isolation_level(),
+                self._is_blind_append(),
+                bool(self._identity_only),
             )  # fmt: skip
-            outcome, why = self._put(version, data, txn_id)
+            actions = Actions(self.protocol, self.metadata, self.app_transaction, domains, adds,
+                              self.removes, self.cdc_files)  # fmt: skip
+            data = commit_bytes(provenance, actions, ict)
+            outcome, why = self._put.put(version, data, txn_id)
             if outcome == "ours":
                 self._committed = True
                 self.committed_adds = adds
@@ -395,57 +394,12 @@ class Transaction:
         self._committed = True
         return CommitResult(holder, already_committed=True, attempts=0)
 
-    def _put(self, version: int, data: bytes, txn_id: str) -> tuple[str, str]:
-        """Write ``version`` and say how it went: ``"ours"`` (landed and visible to readers, also when only
-        its acknowledgement was lost), ``"taken"`` (another commit holds it) or ``"stale"`` (log cleanup
-        removed what this commit builds on, or readers would never see it; the reason comes second)."""
-        store = self.table.store
-        unsure = False  # a put of this version had an unknown outcome: the file there may be ours
-        for _ in range(5):
-            if not base_present(store, version):
-                return "stale", f"version {version - 1}, which this commit builds on, is no longer in the log"
-            existed = False
-            try:
-                put_if_absent(store, commit_name(version), data, allow_unsafe=self.allow_unsafe_storage)
-            except FileExistsError:
-                if not unsure:  # another writer's: the winners are read next, this one among them
-                    return "taken", ""
-                existed = True
-            except _UNKNOWN_OUTCOME as exc:
-                unsure = self._maybe_landed = True
-                log.warning("outcome of writing commit %d is unknown (%s); checking the log", version, exc)
-            else:
-                return self._verify_visible(version)
-            try:
-                existing = store.read_log_file(commit_name(version))
-            except FileNotFoundError:
-                if existed:  # it was there a moment ago: log cleanup is deleting this part of the log
-                    return "stale", f"version {version} was taken and then removed by log cleanup"
-                continue  # the put did not happen: try it again
-            if txn_id_of(existing) == txn_id:
-                return self._verify_visible(version)
-            return "taken", ""
-        raise CommitFailedError(f"could not write commit {version} of {self.table.uri}: storage kept failing")
-
-    def _verify_visible(self, version: int) -> tuple[str, str]:
-        seen = check_visible(self.table.store, version, self._effects_in)
-        if seen.visible is None:
-            raise CommitOutcomeUnknownError(
-                f"{commit_name(version)} was written to {self.table.uri}, but whether readers see it cannot "
-                f"be established: {seen.reason}"
-            )
-        if not seen.visible:
-            log.warning("commit %d of %s is not visible to readers: %s", version, self.table.uri, seen.reason)
-            return "stale", seen.reason
-        self._own_file = seen.commit
-        return "ours", ""
-
     def _hand_off(self, version: int, data: bytes) -> None:
         """Give the table the snapshot after this commit, built from the snapshot read, the winning commits
         read while retrying and this commit as written, as Delta Spark updates its log after a commit: the
         next ``transaction()`` then lists the log without reading those commits again (on object stores,
         a GET each). Skipped, at no cost to correctness, whenever that chain is not whole."""
-        snap, own = self.snapshot, self._own_file
+        snap, own = self.snapshot, self._put.own_file
         if snap is None or own is None or own.name != commit_name(version):
             return
         files = [f for f, _ in self._winners] + [own]
@@ -490,7 +444,7 @@ class Transaction:
         txn = self.app_transaction
         if txn is not None and latest.app_transactions.get(txn.app_id, -1) >= txn.version:
             return self._already_committed(latest.app_transactions, latest.version), latest.version, None
-        if self._maybe_landed and self.adds and self._effects_in(latest.state()):
+        if self._put.maybe_landed and self.adds and self._effects_in(latest.state()):
             # An earlier attempt whose acknowledgement was lost landed after all.
             return CommitResult(latest.version, already_committed=True), latest.version, None
         where = f"{self.table.uri} (read at version {read.version}, now at version {latest.version})"
@@ -572,56 +526,10 @@ class Transaction:
         self._winners.extend(zip(winners, datas, strict=True))
         return None, latest, previous_ict
 
-    # -- serialisation ------------------------------------------------------------------------------------
+    # -- the actions of an attempt ------------------------------------------------------------------------
     def _ict_enabled(self) -> bool:
         md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
         return md is not None and ict_enablement_version(md.configuration) is not None
-
-    def _serialise(
-        self,
-        operation: str,
-        params: Mapping[str, Any] | None,
-        txn_id: str,
-        ict: int | None,
-        user_metadata: str | None,
-        version: int,
-        metrics: Mapping[str, Any] | None,
-        adds: list[AddFile],
-        domains: list[DomainMetadata],
-    ) -> bytes:
-        info: dict[str, Any] = {}
-        if ict is not None:
-            info["inCommitTimestamp"] = (
-                ict  # commitInfo must come first and carry it ("In-Commit Timestamps")
-            )
-        info["timestamp"] = _now_ms()
-        info["operation"] = operation
-        info["operationParameters"] = {k: _param(v) for k, v in (params or {}).items()}
-        if self.snapshot is not None:
-            info["readVersion"] = self.snapshot.version
-        info["isolationLevel"] = self.isolation_level()
-        info["isBlindAppend"] = self._is_blind_append()
-        if metrics:
-            info["operationMetrics"] = {k: str(v) for k, v in metrics.items()}  # strings, as Delta Spark
-        if user_metadata is not None:
-            info["userMetadata"] = user_metadata
-        if self._identity_only:
-            info["tags"] = {IDENTITY_SCHEMA_UPDATE: "true"}
-        info["engineInfo"] = ENGINE_INFO
-        info["txnId"] = txn_id
-        lines = [{"commitInfo": info}]
-        if self.protocol is not None:
-            lines.append({"protocol": self.protocol.to_json()})
-        if self.metadata is not None:
-            lines.append({"metaData": self.metadata.to_json()})
-        if self.app_transaction is not None:
-            lines.append({"txn": self.app_transaction.to_json()})
-        lines.extend({"domainMetadata": d.to_json()} for d in domains)
-        out = [_line(x) for x in lines]
-        out.extend(_line({"add": a.to_json()}) for a in adds)
-        out.extend(_line({"remove": r.to_json()}) for r in self.removes)
-        out.extend(_line({"cdc": c.to_json()}) for c in self.cdc_files)
-        return ("\n".join(out) + "\n").encode("utf-8")
 
     def _apply_identity_marks(self) -> None:
         """Fold the identity marks into the metadata committed (Delta Spark's
@@ -669,21 +577,6 @@ class Transaction:
             and self.read.is_blind()
             and all(a.data_change for a in self.adds)
         )
-
-
-# One compact encoder for every line of a commit: json.dumps with arguments builds a new encoder per call,
-# a third of the cost of serialising a commit of many small actions (an OPTIMIZE's 10,000 removes).
-_line = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _param(value: Any) -> str | None:
-    # Delta Spark writes operationParameters as strings (JSON for non-strings), and a missing one as null
-    # (RESTORE's timestamp when restoring to a version, CREATE TABLE's description).
-    return value if value is None or isinstance(value, str) else json.dumps(value)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _ict_of(snapshot: Snapshot | None) -> int | None:

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_delta.log import AddFile, DeltaTable, storage, transaction
+from airflow_provider_delta.log import AddFile, DeltaTable, atomic_commit, storage
 from airflow_provider_delta.log.segment import commit_name, commit_version
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -73,7 +73,7 @@ def location(request: pytest.FixtureRequest, tmp_path) -> Iterator[tuple[str, di
 
 
 def _install(monkeypatch: pytest.MonkeyPatch, put: Callable[..., None]) -> None:
-    monkeypatch.setattr(transaction, "put_if_absent", put)
+    monkeypatch.setattr(atomic_commit, "put_if_absent", put)
 
 
 def _commit_many(uri: str, options: dict, writer: int, commits: int) -> list[tuple[int, Any]]:

@@ -31,7 +31,7 @@ from airflow_provider_delta.log import (
     StaleSnapshotError,
     UnsupportedFeatureError,
     add_file_from_parquet,
-    transaction,
+    atomic_commit,
 )
 from airflow_provider_delta.log.actions import Protocol
 from airflow_provider_delta.log.segment import commit_name
@@ -156,7 +156,7 @@ def _race_cleanup_into_the_put(
         if after_put is not None and len(seen["puts"]) == 1:
             after_put()
 
-    monkeypatch.setattr(transaction, "put_if_absent", racing_put)
+    monkeypatch.setattr(atomic_commit, "put_if_absent", racing_put)
     return seen
 
 
@@ -224,7 +224,7 @@ def test_a_checkpoint_written_right_after_our_commit_is_not_mistaken_for_cleanup
         for cp in Path(table.store.log_path).glob("*.checkpoint.parquet"):
             os.utime(cp, ns=(mtime, mtime))
 
-    monkeypatch.setattr(transaction, "put_if_absent", put_then_others_checkpoint)
+    monkeypatch.setattr(atomic_commit, "put_if_absent", put_then_others_checkpoint)
     result = txn.commit(auto_checkpoint=False)
     assert puts == [commit_name(4)] and result.version == 4
     assert DeltaTable(table.uri).snapshot().app_transactions == {"A": 1}
