@@ -263,3 +263,67 @@ def encode_uri_paths(paths: pa.Array) -> pa.Array:
     """``encode_uri_path`` over an Arrow array; only rows with a character to escape go through Python."""
     unsafe = pc.match_substring_regex(paths, r"[^A-Za-z0-9_\-!.~'()*,;:$&+=/@\x{80}-\x{10FFFF}]")
     return _map_matching(paths, unsafe, encode_uri_path)
+
+
+# The most bytes the values of one ``string`` or ``binary`` array can hold: its offsets are 32-bit.
+OFFSET_LIMIT = 2**31 - 1
+
+
+def fitting_row_ranges(table: pa.Table) -> list[tuple[int, int]]:
+    """Row ranges ``[start, stop)`` of ``table`` in each of which every top-level string or binary column,
+    dictionary-encoded or not, fits one array of that type: ``[(0, len)]`` unless a column holds more than
+    ``OFFSET_LIMIT`` bytes of values (pyarrow then returns it in several chunks, which neither concatenate
+    nor decode into one array).
+
+    A column in one chunk is within the limit (pyarrow splits one past it); otherwise the check is a bound
+    from buffer sizes (for a dictionary, the longest value times the rows), and only a column past it has
+    its values measured row by row.
+    """
+    n = table.num_rows
+    sums = []
+    for column in table.columns:
+        if pa.types.is_dictionary(column.type):
+            kind = column.type.value_type
+        elif column.num_chunks > 1:  # pyarrow splits a column of values past the limit into chunks
+            kind = column.type
+        else:
+            continue
+        if not (pa.types.is_string(kind) or pa.types.is_binary(kind)) or _bytes_bound(column) <= OFFSET_LIMIT:
+            continue
+        sums.append(np.concatenate([[0], np.cumsum(_value_lengths(column))]))
+    if not sums:
+        return [(0, n)]
+    ranges, start = [], 0
+    while start < n:
+        stop = min(int(np.searchsorted(s, s[start] + OFFSET_LIMIT, side="right")) - 1 for s in sums)
+        stop = max(stop, start + 1)  # one value alone over the limit: let Arrow say so
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def _bytes_bound(column: pa.ChunkedArray) -> int:
+    if not pa.types.is_dictionary(column.type):
+        return sum(c.buffers()[2].size if c.buffers()[2] is not None else 0 for c in column.chunks)
+    bound = 0
+    for c in column.chunks:
+        longest = pc.max(pc.binary_length(c.dictionary)).as_py() if len(c.dictionary) else 0
+        bound += (longest or 0) * len(c)
+    return bound
+
+
+def _value_lengths(column: pa.ChunkedArray) -> np.ndarray:
+    """Each row's value length in bytes (0 for a null), as int64."""
+    zero = int64_scalar(0)
+
+    def lengths(values: pa.Array) -> np.ndarray:
+        return pc.binary_length(values).cast(pa.int64()).fill_null(zero).to_numpy()
+
+    parts = []
+    for c in column.chunks:
+        if pa.types.is_dictionary(c.type):
+            indices = c.indices.cast(pa.int64()).fill_null(zero).to_numpy()
+            parts.append(lengths(c.dictionary)[indices] if len(c.dictionary) else np.zeros(len(c), np.int64))
+        else:
+            parts.append(lengths(c))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)

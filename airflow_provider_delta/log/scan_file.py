@@ -24,7 +24,16 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .actions import Metadata, Protocol
-from .arrow_utils import copied, from_numpy, int64_scalar, rows_pool, scalar, single, string_scalar
+from .arrow_utils import (
+    copied,
+    fitting_row_ranges,
+    from_numpy,
+    int64_scalar,
+    rows_pool,
+    scalar,
+    single,
+    string_scalar,
+)
 from .deletion_vectors import deleted_rows
 from .errors import UnsupportedFeatureError
 from .evaluate import predicate_mask
@@ -244,25 +253,34 @@ def read_data_file(
             # small files is read a few files at a time in threads already).
             data = pf.read_row_group(rg, columns=layout.names, use_threads=n >= THREADED_ROW_GROUP_ROWS)
             keep = _kept(n, first_row, deleted, selected)
-            index = np.arange(first_row, first_row + n, dtype=np.int64) if spec.metadata else None
-            rows = _RowGroup(data, n, index, frozenset())
-            if keep is not None:
-                # The vector's rows go before anything is built of them (partition columns, ``_metadata``,
-                # the values of dictionary-encoded columns).
-                rows = rows.kept(keep, pool)
-            rows = rows.decoded(dictionary, spec, pool)
-            batch = _filtered(_logical_batch(rows, layout, task, spec, pool), spec, pool)
+            # A row group is one batch, unless a string column holds more than one Arrow array can.
+            for start, stop in fitting_row_ranges(data):
+                whole = (start, stop) == (0, n)
+                part = data if whole else data.slice(start, stop - start)
+                index = _row_index(spec, first_row + start, first_row + stop)
+                rows = _RowGroup(part, stop - start, index, frozenset())
+                if keep is not None:
+                    # The vector's rows go before anything is built of them (partition columns,
+                    # ``_metadata``, the values of dictionary-encoded columns).
+                    rows = rows.kept(keep if whole else keep[start:stop], pool)
+                rows = rows.decoded(dictionary, spec, pool)
+                batch = _filtered(_logical_batch(rows, layout, task, spec, pool), spec, pool)
+                if batch.num_rows:
+                    yield batch
             first_row += n
-            if batch.num_rows:
-                yield batch
     finally:
         source.close()
 
 
+def _row_index(spec: ReadSpec, start: int, stop: int) -> np.ndarray | None:
+    """The file's row indexes ``start``...``stop - 1``, when ``_metadata`` is read."""
+    return np.arange(start, stop, dtype=np.int64) if spec.metadata else None
+
+
 @dataclass(frozen=True)
 class _RowGroup:
-    """The columns read of one row group, its number of rows and, when ``_metadata`` is read, each row's
-    index in the file."""
+    """The columns read of one row group (or of a range of its rows), their number of rows and, when
+    ``_metadata`` is read, each row's index in the file."""
 
     data: pa.Table
     rows: int

@@ -28,6 +28,7 @@ from airflow_provider_delta.log import (
     DeltaTable,
     Protocol,
     UnsupportedFeatureError,
+    arrow_utils,
     read_table,
     write,
 )
@@ -428,3 +429,56 @@ def _physical(table: DeltaTable, name: str) -> str:
     schema = parse_schema_string(table.snapshot().metadata.schema_string)
     field = next(f for f in schema["fields"] if f["name"] == name)
     return field.get("metadata", {}).get("delta.columnMapping.physicalName", name)
+
+
+def test_a_string_column_past_one_arrays_capacity_comes_back_in_several_batches(tmp_path, monkeypatch):
+    """A row group whose string column holds more bytes than one Arrow array's 32-bit offsets can address
+    (2 GiB) is returned as several batches. The limit is lowered here, so that the test reads kilobytes:
+    that exercises a column read as a dictionary, whose values decode past it. A column read plain comes
+    from pyarrow in chunks past the real limit only (``test_fitting_row_ranges_bound_every_string_column``
+    and, by hand, a 2.3 GiB column read both ways)."""
+    limit = 64 * 1024
+    monkeypatch.setattr(arrow_utils, "OFFSET_LIMIT", limit)
+    uri = str(tmp_path / "t")
+    n = 20_000
+    data = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "word": pa.array([f"word-{i % 5}" * 3 for i in range(n)]),  # repeats: read as a dictionary
+        "key": pa.array([None if i % 7 == 0 else f"{i:020d}" for i in range(n)]),  # distinct: read plain
+    })  # fmt: skip
+    write(uri, data, configuration={"delta.enableDeletionVectors": "true"})
+    table = DeltaTable(uri)
+    add = AddFile.from_dict(table.snapshot().files.to_pylist()[0])
+    deleted = list(range(0, n, 13))
+    stats = json.dumps({**json.loads(add.stats), "tightBounds": False})
+    dv = inline_descriptor(deleted).to_json()
+    with_dv = AddFile(add.path, add.size, {}, add.modification_time, True, stats, deletion_vector=dv)
+    table.transaction().remove_files([add]).add_files([with_dv]).commit("DELETE")
+
+    batches = list(Scan(table.snapshot(), metadata=["row_index"]).to_batches())
+    word_bytes = pc.sum(pc.binary_length(data["word"])).as_py()  # about 380,000
+    assert len(batches) >= -(-word_bytes // limit) > 1
+    for batch in batches:
+        assert pc.sum(pc.binary_length(batch["word"])).as_py() <= limit
+    got = pa.Table.from_batches(batches)
+    expected = data.filter(pc.invert(pc.is_in(data["id"], pa.array(deleted, pa.int64()))))
+    assert got.select(["id", "word", "key"]).equals(expected)
+    assert got["_metadata"].combine_chunks().field("row_index").to_pylist() == expected["id"].to_pylist()
+
+
+def test_fitting_row_ranges_bound_every_string_column(monkeypatch):
+    monkeypatch.setattr(arrow_utils, "OFFSET_LIMIT", 100)
+    assert arrow_utils.fitting_row_ranges(pa.table({"s": ["a", "b", None], "n": [1, 2, 3]})) == [(0, 3)]
+    assert arrow_utils.fitting_row_ranges(pa.table({"s": pa.array([], pa.string())})) == [(0, 0)]
+    # Past the bound, so measured: a dictionary of a long value and a short one, and a plain column in
+    # two chunks; rows 0, 3 and 4 hold the long values, no two of which fit together.
+    long_short = pa.array(["x" * 51, "y"])
+    dictionary = pa.DictionaryArray.from_arrays(pa.array([0, 1, 1, 0, 0, 1], pa.int32()), long_short)
+    plain = pa.chunked_array([pa.array(["x" * 51, "y", None]), pa.array(["x" * 51, "x" * 51, "y"])])
+    assert arrow_utils.fitting_row_ranges(pa.table({"d": dictionary, "p": plain})) == [(0, 3), (3, 4), (4, 6)]
+    assert arrow_utils.fitting_row_ranges(pa.table({"p": plain})) == [(0, 3), (3, 4), (4, 6)]
+    # A single value past the limit is a range of its own (Arrow names the error, if any).
+    chunks = pa.chunked_array([["x" * 101], ["y"]])
+    assert arrow_utils.fitting_row_ranges(pa.table({"s": chunks})) == [(0, 1), (1, 2)]
+    # One chunk is within the limit: pyarrow splits a column past it.
+    assert arrow_utils.fitting_row_ranges(pa.table({"s": ["x" * 101, "y"]})) == [(0, 2)]
