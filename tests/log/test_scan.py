@@ -367,6 +367,12 @@ def test_rows_are_allocated_from_the_memory_pool_asked_for(tmp_path, monkeypatch
     assert pool.bytes_allocated() >= got.get_total_buffer_size() > 0
     del got
     assert pool.bytes_allocated() == 0
+    # A filter given as an Arrow expression keeps its rows in that pool too (Table.filter takes none).
+    odd = table.scan(filter=pc.field("id") > 100, memory_pool=pool).to_table()
+    assert sorted(odd["id"].to_pylist()) == [i for i in expected if i > 100]
+    assert pool.bytes_allocated() >= odd.get_total_buffer_size() > 0
+    del odd
+    assert pool.bytes_allocated() == 0
 
     assert Scan(table.snapshot()).memory_pool.backend_name == "system"
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")  # the user chose pyarrow's pool: kept
