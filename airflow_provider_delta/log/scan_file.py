@@ -402,7 +402,7 @@ def _new_layout(file_schema: pa.Schema, spec: ReadSpec) -> _Layout:
 
 def _leaf_count(t: pa.DataType) -> int:
     """How many Parquet leaf columns hold an Arrow type."""
-    if isinstance(t, pa.ExtensionType):
+    if isinstance(t, pa.BaseExtensionType):
         return _leaf_count(t.storage_type)
     if pa.types.is_struct(t):
         return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
