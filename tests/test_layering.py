@@ -124,6 +124,26 @@ def test_importing_the_core_loads_no_airflow_or_pyspark():
     assert json.loads(result.stdout.splitlines()[-1]) == []
 
 
+# Modules that cost a task's start for nothing when no read needs them: pyarrow's Acero and datasets (a
+# second to import: pyarrow loads them itself the first time an expression filters a table) and pandas
+# (about 0.15 s and 45 MiB; the core builds its arrays without it, see arrow_utils).
+HEAVY = ("pyarrow.acero", "pyarrow._acero", "pyarrow.dataset", "pyarrow._dataset", "pandas")
+
+
+def test_importing_the_core_loads_no_heavy_modules():
+    modules = [module for _, module in _core_modules()]
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=CORE_DIR.parent.parent, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, f"importing the core failed:\n{result.stderr}"
+    assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
 # -- one direction of imports (issue: the core's 14-module circle) --------------------------------------
 # The core's floors, read from the ground up: a module imports only from its own floor or below, and the
 # DeltaTable facade (table) is imported by no operation. A new module must be given a floor here (and in

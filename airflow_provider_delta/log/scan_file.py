@@ -19,7 +19,6 @@ from typing import Any
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.acero as acero
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -497,23 +496,17 @@ def _metadata(group: _RowGroup, layout: _Layout, task: FileTask, spec: ReadSpec)
     return pa.StructArray.from_arrays(children, names=list(spec.metadata))
 
 
-def _expression_mask(expression: pc.Expression, table: pa.Table) -> pa.ChunkedArray:
-    """``expression`` evaluated on every row (null where Arrow's ``Table.filter`` would drop the row too),
-    so that the kept rows can be taken into the rows' pool: ``Table.filter`` takes no pool."""
-    plan = acero.Declaration.from_sequence([
-        acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
-        acero.Declaration("project", acero.ProjectNodeOptions([expression], ["keep"])),
-    ])  # fmt: skip
-    return plan.to_table(use_threads=False).column(0)
-
-
 def _filtered(batch: pa.RecordBatch, spec: ReadSpec, pool: pa.MemoryPool) -> pa.RecordBatch:
     if spec.filter is not None or spec.arrow_filter is not None:
         table = pa.Table.from_batches([batch])
         if spec.filter is not None:
             table = pc.filter(table, predicate_mask(spec.filter, table), memory_pool=pool)
         if spec.arrow_filter is not None:
-            table = pc.filter(table, _expression_mask(spec.arrow_filter, table), memory_pool=pool)
+            # Table.filter takes no pool (pyarrow evaluates the expression with Acero, imported on first
+            # use: a second, which a module-level import would cost every process): the kept rows are
+            # copied into it.
+            kept = table.filter(spec.arrow_filter)
+            table = pa.Table.from_arrays([copied(c, pool) for c in kept.columns], schema=kept.schema)
         batches = table.to_batches()
         if not table.num_rows:
             batch = batch.slice(0, 0)
