@@ -270,41 +270,43 @@ OFFSET_LIMIT = 2**31 - 1
 
 
 def fitting_row_ranges(table: pa.Table) -> list[tuple[int, int]]:
-    """Row ranges ``[start, stop)`` of ``table`` in each of which every top-level string or binary column,
-    dictionary-encoded or not, fits one array of that type: ``[(0, len)]`` unless a column holds more than
-    ``OFFSET_LIMIT`` bytes of values (pyarrow then returns it in several chunks, which neither concatenate
-    nor decode into one array).
+    """Row ranges ``[start, stop)`` of ``table`` in each of which every column can be one array: ``[(0,
+    len)]`` unless a column holds more than ``OFFSET_LIMIT`` bytes of string or binary values, at any depth.
 
-    A column in one chunk is within the limit (pyarrow splits one past it); otherwise the check is a bound
-    from buffer sizes (for a dictionary, the longest value times the rows), and only a column past it has
-    its values measured row by row.
+    pyarrow returns such a column in several chunks, each one array: the ranges do not cross them. A
+    dictionary-encoded string or binary column is one chunk of indices that would decode past the limit:
+    its ranges come from a bound (the longest value times the rows), and only past that bound from its
+    values measured row by row.
     """
     n = table.num_rows
-    sums = []
+    cuts: set[int] = set()
     for column in table.columns:
         if pa.types.is_dictionary(column.type):
             kind = column.type.value_type
-        elif column.num_chunks > 1:  # pyarrow splits a column of values past the limit into chunks
-            kind = column.type
-        else:
-            continue
-        if not (pa.types.is_string(kind) or pa.types.is_binary(kind)) or _bytes_bound(column) <= OFFSET_LIMIT:
-            continue
-        sums.append(np.concatenate([[0], np.cumsum(_value_lengths(column))]))
-    if not sums:
-        return [(0, n)]
-    ranges, start = [], 0
+            binary = pa.types.is_string(kind) or pa.types.is_binary(kind)
+            if binary and _decoded_bound(column) > OFFSET_LIMIT:
+                cuts.update(_cuts_by_size(_value_lengths(column)))
+        elif column.num_chunks > 1:
+            cuts.update(np.cumsum([len(c) for c in column.chunks])[:-1].tolist())
+    bounds = [0, *sorted(c for c in cuts if 0 < c < n), n]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def _cuts_by_size(lengths: np.ndarray) -> list[int]:
+    """Where to cut rows of these value lengths so that no range holds more than ``OFFSET_LIMIT`` bytes
+    (a single longer value is a range of its own: Arrow names the error, if any)."""
+    sums = np.concatenate([[0], np.cumsum(lengths)])
+    cuts, start, n = [], 0, len(lengths)
     while start < n:
-        stop = min(int(np.searchsorted(s, s[start] + OFFSET_LIMIT, side="right")) - 1 for s in sums)
-        stop = max(stop, start + 1)  # one value alone over the limit: let Arrow say so
-        ranges.append((start, stop))
+        stop = max(int(np.searchsorted(sums, sums[start] + OFFSET_LIMIT, side="right")) - 1, start + 1)
+        if stop < n:
+            cuts.append(stop)
         start = stop
-    return ranges
+    return cuts
 
 
-def _bytes_bound(column: pa.ChunkedArray) -> int:
-    if not pa.types.is_dictionary(column.type):
-        return sum(c.buffers()[2].size if c.buffers()[2] is not None else 0 for c in column.chunks)
+def _decoded_bound(column: pa.ChunkedArray) -> int:
+    """At least the bytes a dictionary-encoded column's values take decoded."""
     bound = 0
     for c in column.chunks:
         longest = pc.max(pc.binary_length(c.dictionary)).as_py() if len(c.dictionary) else 0
@@ -313,17 +315,11 @@ def _bytes_bound(column: pa.ChunkedArray) -> int:
 
 
 def _value_lengths(column: pa.ChunkedArray) -> np.ndarray:
-    """Each row's value length in bytes (0 for a null), as int64."""
+    """Each row's value length in bytes, decoded (0 for a null), as int64."""
     zero = int64_scalar(0)
-
-    def lengths(values: pa.Array) -> np.ndarray:
-        return pc.binary_length(values).cast(pa.int64()).fill_null(zero).to_numpy()
-
     parts = []
     for c in column.chunks:
-        if pa.types.is_dictionary(c.type):
-            indices = c.indices.cast(pa.int64()).fill_null(zero).to_numpy()
-            parts.append(lengths(c.dictionary)[indices] if len(c.dictionary) else np.zeros(len(c), np.int64))
-        else:
-            parts.append(lengths(c))
+        lengths = pc.binary_length(c.dictionary).cast(pa.int64()).fill_null(zero).to_numpy()
+        indices = c.indices.cast(pa.int64()).fill_null(zero).to_numpy()
+        parts.append(lengths[indices] if len(lengths) else np.zeros(len(c), np.int64))
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)

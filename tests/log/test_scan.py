@@ -476,15 +476,17 @@ def test_fitting_row_ranges_bound_every_string_column(monkeypatch):
     monkeypatch.setattr(arrow_utils, "OFFSET_LIMIT", 100)
     assert arrow_utils.fitting_row_ranges(pa.table({"s": ["a", "b", None], "n": [1, 2, 3]})) == [(0, 3)]
     assert arrow_utils.fitting_row_ranges(pa.table({"s": pa.array([], pa.string())})) == [(0, 0)]
-    # Past the bound, so measured: a dictionary of a long value and a short one, and a plain column in
-    # two chunks; rows 0, 3 and 4 hold the long values, no two of which fit together.
+    # One chunk is one array: pyarrow splits a column past the limit into chunks.
+    assert arrow_utils.fitting_row_ranges(pa.table({"s": ["x" * 101, "y"]})) == [(0, 2)]
+    # A column in chunks (strings, or strings inside structs): the ranges do not cross them.
+    plain = pa.chunked_array([pa.array(["x" * 51, "y", None]), pa.array(["x" * 51, "x" * 51, "y"])])
+    assert arrow_utils.fitting_row_ranges(pa.table({"p": plain})) == [(0, 3), (3, 6)]
+    nested = pa.chunked_array([pa.array([{"a": "x"}] * 2), pa.array([{"a": "y"}] * 4)])
+    assert arrow_utils.fitting_row_ranges(pa.table({"n": nested, "p": plain})) == [(0, 2), (2, 3), (3, 6)]
+    # A dictionary of a long value and a short one, past the bound so measured: rows 0, 3 and 4 hold the
+    # long values, no two of which fit together; a single value past the limit is a range of its own.
     long_short = pa.array(["x" * 51, "y"])
     dictionary = pa.DictionaryArray.from_arrays(pa.array([0, 1, 1, 0, 0, 1], pa.int32()), long_short)
-    plain = pa.chunked_array([pa.array(["x" * 51, "y", None]), pa.array(["x" * 51, "x" * 51, "y"])])
-    assert arrow_utils.fitting_row_ranges(pa.table({"d": dictionary, "p": plain})) == [(0, 3), (3, 4), (4, 6)]
-    assert arrow_utils.fitting_row_ranges(pa.table({"p": plain})) == [(0, 3), (3, 4), (4, 6)]
-    # A single value past the limit is a range of its own (Arrow names the error, if any).
-    chunks = pa.chunked_array([["x" * 101], ["y"]])
-    assert arrow_utils.fitting_row_ranges(pa.table({"s": chunks})) == [(0, 1), (1, 2)]
-    # One chunk is within the limit: pyarrow splits a column past it.
-    assert arrow_utils.fitting_row_ranges(pa.table({"s": ["x" * 101, "y"]})) == [(0, 2)]
+    assert arrow_utils.fitting_row_ranges(pa.table({"d": dictionary})) == [(0, 3), (3, 4), (4, 6)]
+    huge = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array(["x" * 101, "y"]))
+    assert arrow_utils.fitting_row_ranges(pa.table({"d": huge})) == [(0, 1), (1, 2), (2, 3)]
