@@ -51,6 +51,7 @@ METADATA_COLUMN = "_metadata"
 ROW_ID_COLUMN = MATERIALIZED_ROW_ID
 ROW_VERSION_COLUMN = MATERIALIZED_ROW_COMMIT_VERSION
 THREADED_ROW_GROUP_ROWS = 64 * 1024  # row groups at least this long are decoded on Arrow's threads
+NESTED_BATCH_ROWS = 64 * 1024  # rows a batch of a row group pyarrow cannot read whole (see ``_row_group``)
 # Row groups at least this long have their columns copied into compact buffers (see ``_logical_batch``);
 # shorter ones are used as decoded (a table of many small files: copying only cost time there).
 COMPACT_ROW_GROUP_ROWS = 4 * 1024
@@ -249,9 +250,7 @@ def read_data_file(
         first_row = 0
         for rg in range(footer.num_row_groups):
             n = footer.row_group(rg).num_rows
-            # Decoding a small row group on Arrow's thread pool costs more than it saves (a table of many
-            # small files is read a few files at a time in threads already).
-            data = pf.read_row_group(rg, columns=layout.names, use_threads=n >= THREADED_ROW_GROUP_ROWS)
+            data = _row_group(pf, rg, layout.names, n)
             keep = _kept(n, first_row, deleted, selected)
             # A row group is one batch, unless a string column holds more than one Arrow array can.
             for start, stop in fitting_row_ranges(data):
@@ -270,6 +269,25 @@ def read_data_file(
             first_row += n
     finally:
         source.close()
+
+
+def _row_group(pf: pq.ParquetFile, rg: int, columns: list[str], n: int) -> pa.Table:
+    """Row group ``rg``'s ``columns`` (``n`` rows) as read.
+
+    pyarrow cannot return a nested column holding more than 2 GiB of values in one read ("Nested data
+    conversions not implemented for chunked array outputs"): such a row group is read in batches instead,
+    whose chunks ``fitting_row_ranges`` then keeps apart.
+    """
+    # Decoding a small row group on Arrow's thread pool costs more than it saves (a table of many small
+    # files is read a few files at a time in threads already).
+    threads = n >= THREADED_ROW_GROUP_ROWS
+    try:
+        return pf.read_row_group(rg, columns=columns, use_threads=threads)
+    except pa.ArrowNotImplementedError as exc:
+        if "chunked array outputs" not in str(exc):
+            raise
+    batches = pf.iter_batches(NESTED_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=threads)
+    return pa.Table.from_batches(list(batches))
 
 
 def _row_index(spec: ReadSpec, start: int, stop: int) -> np.ndarray | None:
