@@ -328,13 +328,16 @@ class Transaction:
                 ict = now_ms() if previous_ict is None else max(now_ms(), previous_ict + 1)
             adds, domains = self._file_actions(version)
             provenance = Provenance(
-                operation, operation_parameters, operation_metrics, user_metadata, txn_id,
-                self.snapshot.version if self.snapshot is not None else None, self.isolation_level(),
-                self._is_blind_append(),
-                bool(self._identity_only),
+                operation=operation, parameters=operation_parameters, metrics=operation_metrics,
+                user_metadata=user_metadata, txn_id=txn_id,
+                read_version=self.snapshot.version if self.snapshot is not None else None,
+                isolation_level=self.isolation_level(), blind_append=self._is_blind_append(),
+                identity_only=bool(self._identity_only),
             )  # fmt: skip
-            actions = Actions(self.protocol, self.metadata, self.app_transaction, domains, adds,
-                              self.removes, self.cdc_files)  # fmt: skip
+            actions = Actions(
+                protocol=self.protocol, metadata=self.metadata, txn=self.app_transaction, domains=domains,
+                adds=adds, removes=self.removes, cdc=self.cdc_files,
+            )  # fmt: skip
             data = commit_bytes(provenance, actions, ict)
             outcome, why = self._put.put(version, data, txn_id)
             if outcome == "ours":
