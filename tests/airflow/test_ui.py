@@ -48,14 +48,6 @@ CHROMIUM_ARGS = [
 DAYS = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
 STARTUP_S = 120
 
-# Airflow's own model, not ours: ``DagRun.serialized_dag`` joins on dag_id alone (uselist=False), while
-# Airflow 3 keeps a serialized DAG per version. ``dag.test`` replacing a day's run of a DAG parsed more than
-# once (by another module, with another table root) loads that relationship, and SQLAlchemy warns of several
-# rows.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Multiple rows returned with uselist=False for lazily-loaded attribute 'DagRun\.serialized_dag'"
-)
-
 
 @dataclass
 class Deployment:
