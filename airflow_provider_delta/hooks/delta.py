@@ -1,10 +1,11 @@
 """DeltaHook: turns an Airflow connection into a Delta table handle. It owns all I/O set-up.
 
 Credentials come from connections, never from DAG code: either a ``delta`` connection whose fields and
-extra hold an explicit allowlist of storage options, or any connection Airflow's object storage knows for
-the table's scheme (``airflow.sdk.io``: e.g. ``aws_default`` with the Amazon provider installed). A
-connection's extra is never passed through whole, and credential values are registered with Airflow's
-secrets masker so they cannot reach task logs.
+extra hold storage options (fsspec's keys or the ones Airflow's AWS, Google and Azure connections use,
+mapped per scheme by ``hooks.storage_options``; anything else is refused by name), or any connection
+Airflow's object storage knows for the table's scheme (``airflow.sdk.io``: e.g. ``aws_default`` with the
+Amazon provider installed). A connection's extra is never passed through whole, and its secrets are
+registered with Airflow's secrets masker in every form a storage client may print them (``hooks.secrets``).
 
 The connection form (labels, placeholders, the ``region_name`` and ``tables`` fields) is declared in
 ``get_provider_info`` (``conn-fields`` / ``ui-field-behaviour``), as in-tree providers do since Airflow 3.2;
@@ -18,35 +19,25 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
-from airflow.sdk.log import mask_secret
 
 from airflow_provider_delta.extras import require_for_uri
 from airflow_provider_delta.hooks.changes import ConsumedChanges, consume_changes
+from airflow_provider_delta.hooks.secrets import (
+    connection_secrets,
+    option_secrets,
+    register,
+    register_connection,
+)
+from airflow_provider_delta.hooks.storage_options import SCHEMES, fsspec_options
 from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.redaction import redact
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from airflow_provider_delta.log import CommitResult
 
-# Per scheme, the storage options a ``delta`` connection may set, and which of them are secrets.
-ALLOWED_OPTIONS: dict[str, frozenset[str]] = {
-    "s3": frozenset(
-        {"key", "secret", "token", "anon", "endpoint_url", "region_name", "client_kwargs", "config_kwargs",
-         "use_ssl", "requester_pays", "s3_additional_kwargs", "profile"}
-    ),  # fmt: skip
-    "gs": frozenset({"token", "project", "endpoint_url", "access", "requester_pays"}),
-    "abfs": frozenset(
-        {"account_name", "account_key", "sas_token", "connection_string", "tenant_id", "client_id",
-         "client_secret", "anon"}
-    ),  # fmt: skip
-    "file": frozenset(),
-    "memory": frozenset(),
-}
 _ALIASES = {"s3a": "s3", "gcs": "gs", "az": "abfs", "abfss": "abfs", "local": "file", "": "file"}
-SECRET_OPTIONS = frozenset(
-    {"secret", "token", "account_key", "sas_token", "connection_string", "client_secret"}
-)
 # Connection fields mapped onto storage options, per scheme.
 _FIELDS = {
     "s3": {"login": "key", "password": "secret"},
@@ -77,42 +68,34 @@ class DeltaHook(BaseHook):
         self.delta_conn_id = delta_conn_id
 
     def storage_options(self, uri: str) -> dict[str, Any]:
-        """Allowlisted storage options for ``uri`` from a ``delta`` connection."""
+        """The fsspec storage options for ``uri`` from a ``delta`` connection: its fields, and the keys of
+        its extra's ``storage_options`` (fsspec's or Airflow's, mapped by ``hooks.storage_options``; any
+        other key is refused by name before any request). Every secret among them is registered with
+        Airflow's masker in each form a storage client may print it (``hooks.secrets``)."""
         if not self.delta_conn_id:
             return {}
         conn = self.get_connection(self.delta_conn_id)
         scheme = scheme_of(uri)
-        allowed = ALLOWED_OPTIONS.get(scheme)
-        if allowed is None:
-            raise ValueError(f"DeltaHook: no storage-option allowlist for scheme {scheme!r} of {uri}")
-        options: dict[str, Any] = {}
-        for field, option in _FIELDS.get(scheme, {}).items():
-            if value := getattr(conn, field, None):
-                options[option] = value
-        given = (conn.extra_dejson or {}).get("storage_options") or {}
-        rejected = sorted(set(given) - allowed)
-        if rejected:
-            raise ValueError(
-                f"connection {self.delta_conn_id!r}: storage option(s) {', '.join(rejected)} are not "
-                f"allowed for {scheme}:// tables (allowed: {', '.join(sorted(allowed)) or 'none'})"
-            )
-        options.update(given)
+        given = dict((conn.extra_dejson or {}).get("storage_options") or {})
+        if scheme == "s3" and (region := extra_field(conn, "region_name")):
+            given.setdefault("region_name", region)
+        for name, option in _FIELDS.get(scheme, {}).items():
+            if value := getattr(conn, name, None):
+                given.setdefault(option, value)
+        where = f"connection {self.delta_conn_id!r}"
+        options = fsspec_options(scheme, given, where)
         if conn.host and scheme == "s3":
             options.setdefault("client_kwargs", {})["endpoint_url"] = conn.host
-        if scheme == "s3" and (region := extra_field(conn, "region_name")):
-            options.setdefault("client_kwargs", {})["region_name"] = region
-        for name, value in options.items():
-            if name in SECRET_OPTIONS and isinstance(value, str):
-                mask_secret(value, name)
-        if conn.password:
-            mask_secret(conn.password)
+        register(sorted(set(connection_secrets(conn)) | set(option_secrets(options))))
         return options
 
     def get_table(self, uri: str) -> DeltaTable:
         """A :class:`DeltaTable` for ``uri`` with this hook's credentials.
 
         Raises :class:`~airflow_provider_delta.extras.MissingExtraError` when the URI's filesystem is an
-        extra that is not installed (``s3://`` without ``airflow-provider-delta[s3]``).
+        extra that is not installed (``s3://`` without ``airflow-provider-delta[s3]``), and
+        :class:`~airflow_provider_delta.hooks.storage_options.StorageOptionError` for a storage option the
+        filesystem cannot take.
         """
         require_for_uri(uri)
         if not self.delta_conn_id:
@@ -123,7 +106,15 @@ class DeltaHook(BaseHook):
         # Any other connection: let Airflow's object storage build the filesystem for the scheme.
         from airflow.sdk.io.fs import get_fs
 
+        register_connection(conn)
         return DeltaTable(uri, filesystem=get_fs(urlsplit(uri).scheme or "file", conn_id=self.delta_conn_id))
+
+    def secrets(self) -> list[str]:
+        """The connection's secrets (registered with the masker): what a page or a message that does not
+        pass through a masked log must redact (``log.redaction.redact``)."""
+        if not self.delta_conn_id:
+            return []
+        return register_connection(self.get_connection(self.delta_conn_id))
 
     # -- rows (the core's Arrow scan and writer) ---------------------------------------------------------
     def read_rows(
@@ -215,14 +206,14 @@ class DeltaHook(BaseHook):
             for uri in tables:
                 seen.append(f"{uri} at version {self.get_table(uri).version()}")
         except Exception as exc:  # the form shows the message; every backend fails its own way
-            return False, f"{type(exc).__name__}: {exc}"
+            return False, redact(f"{type(exc).__name__}: {exc}", self.secrets())
         return True, "read " + "; ".join(seen)
 
     def _test_fields(self) -> tuple[bool, str]:
         """Without tables to read: which schemes accept the connection's storage options."""
         conn = self.get_connection(self.delta_conn_id)
         given = set((conn.extra_dejson or {}).get("storage_options") or {})
-        schemes = [s for s, allowed in ALLOWED_OPTIONS.items() if given <= allowed and s != "memory"]
+        schemes = [s for s, spec in SCHEMES.items() if all(map(spec.accepts, given)) and s != "memory"]
         if not schemes:
             return False, f"storage option(s) {', '.join(sorted(given))} are allowed for no table scheme"
         return True, (

@@ -24,6 +24,7 @@ from . import cli_layout
 from .cli_output import ProgressBar, columns, human_bytes, iso, pairs
 from .errors import DeltaError
 from .history import timestamp_ms
+from .redaction import is_secret_option, redact
 from .table import DeltaTable
 
 PROG = "deltalog"
@@ -167,26 +168,42 @@ def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _secrets(argv: Sequence[str]) -> list[str]:
-    """Values not to print: those of every KEY=VALUE argument, also under a mistyped flag (which argparse
-    would echo). Booleans and short numbers are left alone, or "version 12" would read "version ***"."""
+    """Values not to print: those of every ``KEY=VALUE`` argument whose key names a secret (``secret=``,
+    ``token=``, ``account_key=``, also under a mistyped flag, which argparse would echo), and the secret
+    values inside a JSON one (``client_kwargs={...}``). Endpoints, regions and account names stay
+    readable, so that an error says which endpoint failed."""
     found = set()
     for arg in argv:
         for prefix in ("--storage-option=", "-o"):
             if arg.startswith(prefix) and "=" in arg[len(prefix) :]:
-                found.add(arg[len(prefix) :])
                 arg = arg[len(prefix) :]
         key, sep, value = arg.partition("=")
-        if sep and re.fullmatch(r"-{0,2}[A-Za-z_][\w.-]*", key):
+        if not sep or not re.fullmatch(r"-{0,2}[A-Za-z_][\w.-]*", key):
+            continue
+        if is_secret_option(key.lstrip("-")):
             found.add(value)
-    keep = {v for v in found if len(v) >= 3 and v.lower() not in ("true", "false")}
-    keep -= {v for v in keep if re.fullmatch(r"-?\d{1,5}", v)}
-    return sorted(keep, key=len, reverse=True)  # longest first, so a secret holding another goes whole
+        elif value.lstrip().startswith("{"):
+            try:
+                found.update(_nested_secrets(json.loads(value)))
+            except ValueError:
+                continue
+    return sorted(v for v in found if len(v) >= 3)
+
+
+def _nested_secrets(value: Any, secret: bool = False) -> list[str]:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _nested_secrets(v, secret or is_secret_option(str(k)))]
+    if isinstance(value, list):
+        return [s for v in value for s in _nested_secrets(v, secret)]
+    return [value] if secret and isinstance(value, str) else []
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
+    """Every form of each secret (percent-encoded, JSON-escaped, base64, ...; ``redaction``), and the
+    secret itself even when shorter than those forms' minimum."""
+    for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
-    return text
+    return redact(text, secrets)
 
 
 # -- commands --------------------------------------------------------------------------------------------

@@ -9,13 +9,13 @@ routes do: the user from the ``Authorization`` header or Airflow's ``_token`` co
 assets. A browser without a session is sent to Airflow's login page and back.
 
 Bad input ends in a page that says what is wrong (no such table, a corrupt log, access denied), with no
-stack trace and no secret: the message is the exception's own text with the connection's secrets
-replaced by ``***``, and the log gets the same one line.
+stack trace and no secret: our own errors say which file and why; a storage client's failure gets a named,
+stable message (``ui.failures``) and its detail goes to the API server's log only, with every form of the
+connection's secrets replaced by ``***``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from pathlib import Path
@@ -27,8 +27,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from airflow_provider_delta.extras import MissingExtraError, require_for_uri
+from airflow_provider_delta.hooks.storage_options import StorageOptionError
 from airflow_provider_delta.log import CorruptLogError, DeltaError, DeltaTable, TableNotFoundError
+from airflow_provider_delta.log.redaction import redact
 from airflow_provider_delta.ui import catalog
+from airflow_provider_delta.ui.failures import storage_failure
 from airflow_provider_delta.ui.links import URL_PREFIX, canonical_uri
 from airflow_provider_delta.ui.plot import human_bytes, table_plot, when
 from airflow_provider_delta.ui.table_view import TableView, build_view
@@ -77,12 +80,25 @@ async def _authorize(request: Request) -> HTMLResponse | RedirectResponse | None
     try:
         user = await get_user(request, None, bearer)
     except HTTPException:
-        next_url = f"{_prefix()}{request.url.path}" + (f"?{request.url.query}" if request.url.query else "")
+        next_url = _here(request)
         return RedirectResponse(get_auth_manager().get_url_login(next_url=next_url), status_code=307)
     if not get_auth_manager().is_authorized_asset(method="GET", user=user):
         message = "Your Airflow role may not read assets, which the Delta view needs."
         return _render("error.html", 403, heading="Not allowed", message=message)
     return None
+
+
+def _here(request: Request) -> str:
+    """The path and query the browser asked for, to come back to after logging in. Starlette's
+    ``url.path`` of a mounted app already holds the mount's prefix (``/delta/table``); only a root path
+    the server runs under is added."""
+    from airflow.api_fastapi.app import API_ROOT_PATH
+
+    path = request.url.path
+    root = API_ROOT_PATH.rstrip("/")
+    if root and not path.startswith(root + "/"):
+        path = root + path
+    return path + (f"?{request.url.query}" if request.url.query else "")
 
 
 @app.get("/", response_class=HTMLResponse)
@@ -139,7 +155,12 @@ def _version(text: str | None) -> int | None:
 
 
 def _read(entry: catalog.KnownTable):
-    """A reader of the table's view; every failure becomes a PageError with a redacted message."""
+    """A reader of the table's view; every failure becomes a PageError.
+
+    A page never shows a storage client's own message: those carry credentials in forms no masker knows
+    (gcsfs puts a token, percent-encoded, in a URL). It shows a named, stable message instead; the API
+    server's log keeps the detail, with every form of the connection's secrets replaced by ``***``. Our own
+    errors (no table, a corrupt log) say which file and why, redacted the same way."""
 
     def read(selected: int | None) -> TableView:
         secrets = _secrets(entry.conn_id)
@@ -147,55 +168,37 @@ def _read(entry: catalog.KnownTable):
         try:
             return build_view(_table(entry), selected=selected)
         except TableNotFoundError as exc:
-            raise PageError(404, "No Delta table there", _redact(str(exc), secrets),
+            raise PageError(404, "No Delta table there", redact(str(exc), secrets),
                             "The path holds no _delta_log with commits: the table was never created "
                             "there, or was deleted.", entry.uri) from None  # fmt: skip
         except CorruptLogError as exc:
-            log.warning("Delta view: corrupt log in %s: %s", entry.uri, _redact(str(exc), secrets))
-            raise PageError(500, "Corrupt Delta log", _redact(str(exc), secrets),
+            log.warning("Delta view: corrupt log in %s: %s", entry.uri, redact(str(exc), secrets))
+            raise PageError(500, "Corrupt Delta log", redact(str(exc), secrets),
                             "A log file cannot be read as Delta actions; readers of this version fail "
                             "the same way. Restore the file from a backup.", entry.uri) from None  # fmt: skip
+        except StorageOptionError as exc:  # names the options, never their values
+            raise PageError(500, "Bad connection", redact(str(exc), secrets),
+                            "Edit the connection's storage options (docs/connections.md).",
+                            entry.uri) from None  # fmt: skip
         except (MissingExtraError, DeltaError) as exc:
-            raise PageError(500, "Cannot read the table", _redact(f"{type(exc).__name__}: {exc}", secrets),
+            raise PageError(500, "Cannot read the table", redact(f"{type(exc).__name__}: {exc}", secrets),
                             uri=entry.uri) from None  # fmt: skip
         except Exception as exc:
-            if not _denied(exc):
-                raise
-            # Storage said no: PermissionError from s3fs/gcsfs, an Azure ClientAuthenticationError, ...
-            message = _redact(f"{type(exc).__name__}: {exc}", secrets)
-            log.warning("Delta view: cannot read %s with %s: %s", entry.uri, where, message)
-            raise PageError(403, "Access denied", f"Reading {entry.uri} with {where} failed: {message}",
-                            "Check the connection's credentials and the storage's permissions for this "
-                            "table.", entry.uri) from None  # fmt: skip
+            status, heading, message, hint = storage_failure(exc, entry.uri, where)
+            log.warning("Delta view: %s (%s): %s", message, where, redact(_detail(exc), secrets))
+            raise PageError(status, heading, message, hint, entry.uri) from None
 
-    def guarded(selected: int | None) -> TableView:
-        try:
-            return read(selected)
-        except PageError:
-            raise
-        except Exception as exc:  # anything else: one clear line, never a stack trace on the page
-            message = _redact(f"{type(exc).__name__}: {exc}", _secrets(entry.conn_id))
-            log.warning("Delta view: cannot read %s: %s", entry.uri, message)
-            raise PageError(500, "Cannot read the table", message, uri=entry.uri) from None
-
-    return guarded
+    return read
 
 
-_DENIED_WORDS = (
-    "AccessDenied", "Forbidden", "AuthenticationFailed", "AuthorizationFailure", "InvalidAccessKeyId",
-    "SignatureDoesNotMatch", "Unauthorized",
-)  # fmt: skip
-
-
-def _denied(exc: BaseException) -> bool:
-    """Whether storage refused the connection's credentials (each fsspec backend says it its own way)."""
-    if isinstance(exc, PermissionError):
-        return True
-    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
-    if status in (401, 403):
-        return True
-    text = f"{type(exc).__name__} {exc}"
-    return any(word in text for word in _DENIED_WORDS)
+def _detail(exc: BaseException) -> str:
+    """The exception and its causes, one line: for the log only."""
+    parts = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 5:
+        parts.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    return " <- ".join(" ".join(p.split()) for p in parts)[:4000]
 
 
 def _table(entry: catalog.KnownTable) -> DeltaTable:
@@ -208,36 +211,15 @@ def _table(entry: catalog.KnownTable) -> DeltaTable:
 
 
 def _secrets(conn_id: str | None) -> list[str]:
-    """Every credential-looking value of the connection: its password and the strings in its extra."""
+    """The connection's secrets (registered with the API server's masker on the way)."""
     if not conn_id:
         return []
+    from airflow_provider_delta.hooks.delta import DeltaHook
+
     try:
-        from airflow.sdk import BaseHook
-
-        conn = BaseHook.get_connection(conn_id)
-    except Exception:
+        return DeltaHook(conn_id).secrets()
+    except Exception:  # no such connection: the read fails next, with its own page
         return []
-    found = [conn.password] if conn.password else []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-        elif isinstance(value, str) and len(value) >= 6:
-            found.append(value)
-
-    with contextlib.suppress(ValueError):
-        walk(json.loads(conn.extra or "{}"))
-    return sorted(set(found), key=len, reverse=True)
-
-
-def _redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text[:2000]
 
 
 def _with_tasks(uri: str, view: TableView) -> list[dict[str, Any]]:

@@ -1,0 +1,93 @@
+"""A connection's secrets, registered with Airflow's secrets masker in every form a library may print them.
+
+Airflow masks a connection's password and the values of its extra whose key names a secret, but only as the
+exact strings given. Storage clients print them otherwise: gcsfs puts a token percent-encoded in a URL, a
+service-account key reaches it as form-encoded JSON, a ``repr`` doubles backslashes
+(``log.redaction`` lists the forms). Here each form of each secret of a connection is registered with
+Airflow's own masker (``mask_secret``: the task's, which also tells the supervisor, and the API server's
+and scheduler's), so that task logs, the API server's log and anything Airflow redacts hide them.
+
+Only secrets are registered: endpoint URLs, regions, bucket, container and account names stay readable in
+errors, so that a user can tell which endpoint failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+from airflow_provider_delta.log.redaction import is_secret_option, secret_forms
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a value under this option or extra key is a secret (ours, or Airflow's sensitive names)."""
+    if is_secret_option(name):
+        return True
+    try:
+        from airflow.sdk._shared.secrets_masker import should_hide_value_for_key
+    except ImportError:  # pragma: no cover - an Airflow without the Task SDK's masker
+        return False
+    return bool(should_hide_value_for_key(name))
+
+
+def _values(value: Any, secret: bool) -> Iterator[str]:
+    """The secret strings in an extra's value: every string under a secret name, at any depth (a
+    service-account key given as a dict is a secret whole)."""
+    if isinstance(value, dict):
+        if secret:
+            yield json.dumps(value)
+        for name, inner in value.items():
+            yield from _values(inner, secret or is_secret_name(str(name)))
+    elif isinstance(value, list | tuple):
+        for inner in value:
+            yield from _values(inner, secret)
+    elif isinstance(value, str) and secret and value:
+        yield value
+
+
+def connection_secrets(conn: Any) -> list[str]:
+    """The secrets of an Airflow connection: its password and every secret value of its extra."""
+    found = [conn.password] if getattr(conn, "password", None) else []
+    extra: Any = {}
+    with contextlib.suppress(ValueError, TypeError):
+        extra = json.loads(conn.extra or "{}")
+    found += _values(extra, False)
+    return sorted(set(found))
+
+
+def option_secrets(options: dict[str, Any]) -> list[str]:
+    """The secret values among fsspec storage options (``token``, ``secret``, ``account_key``, ...)."""
+    return sorted(set(_values(options, False)))
+
+
+@lru_cache(maxsize=256)
+def _forms(secret: str) -> tuple[str, ...]:
+    return tuple(sorted(secret_forms(secret)))
+
+
+def register(secrets: list[str]) -> None:
+    """Register every form of each secret with Airflow's masker (a form already known costs nothing)."""
+    forms = [form for secret in secrets for form in _forms(secret)]
+    if not forms:
+        return
+    from airflow.sdk.log import mask_secret
+
+    for form in forms:
+        mask_secret(form)
+    # The API server's and the scheduler's logging filters use the core's masker, a separate instance.
+    with contextlib.suppress(ImportError):
+        from airflow._shared.secrets_masker import mask_secret as core_mask_secret
+
+        for form in forms:
+            core_mask_secret(form)
+
+
+def register_connection(conn: Any) -> list[str]:
+    """Register the connection's secrets (see :func:`register`); returns them."""
+    secrets = connection_secrets(conn)
+    register(secrets)
+    return secrets
+
