@@ -92,7 +92,7 @@ uv:
 	  || $(PYTHON) -m pip install uv; \
 	$(PYTHON) -m uv --version
 
-# Cloud emulators for the GCS and Azure tests (tests/log/conftest.py), installed into .tools/ from the Go module
+# Cloud emulators for the GCS and Azure tests (tests/emulators.py), installed into .tools/ from the Go module
 # proxy and npm; rerunning costs two file tests. Without Go or Node, or when an install fails, this warns and goes
 # on: the emulator tests then fail naming what is missing. DELTA_SKIP_EMULATORS=1 skips installs and those tests.
 FAKE_GCS_SERVER_VERSION := v1.56.1

@@ -54,6 +54,9 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # py4j logs at INFO when its connections are collected at exit, after pytest has closed the streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
+# fake-gcs-server and Azurite, for the core's and the hook's tests (tests/emulators.py).
+pytest_plugins = ["emulators"]
+
 FAKE_KEY = "testing"
 FAKE_SECRET = "testing"
 REGION = "us-east-1"

@@ -86,6 +86,8 @@ class DeltaHook(BaseHook):
         options = fsspec_options(scheme, given, where)
         if conn.host and scheme == "s3":
             options.setdefault("client_kwargs", {})["endpoint_url"] = conn.host
+        if conn.host and scheme == "abfs" and "connection_string" not in options:
+            options = fsspec_options(scheme, {**options, "account_url": conn.host}, where)
         register(sorted(set(connection_secrets(conn)) | set(option_secrets(options))))
         return options
 

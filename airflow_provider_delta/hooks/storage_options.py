@@ -96,8 +96,9 @@ SCHEMES: dict[str, SchemeOptions] = {
     "abfs": SchemeOptions(
         "adlfs",
         frozenset({"account_name", "account_key", "sas_token", "connection_string", "tenant_id", "client_id",
-                   "client_secret", "anon", "account_host", "location_mode"}),  # fmt: skip
-        aliases={"shared_access_key": ("account_key",), "tenant": ("tenant_id",)},
+                   "client_secret", "anon", "account_url"}),  # fmt: skip
+        aliases={"shared_access_key": ("account_key",), "blob_endpoint": ("account_url",),
+                 "host": ("account_url",)},  # fmt: skip
         elsewhere={name: f"{name} {_AZURE_CONNECTION}" for name in
                    ("managed_identity_client_id", "workload_identity_tenant_id",
                     "use_azure_cli")},  # fmt: skip
@@ -176,4 +177,34 @@ def fsspec_options(scheme: str, given: dict[str, Any], where: str) -> dict[str, 
         if name in spec.aliases:
             path = spec.aliases[name]
             _nested_set(options, path, _value(scheme, path[-1], value, name))
+    if scheme == "abfs" and "account_url" in options:
+        return _with_blob_endpoint(options, where)
+    return options
+
+
+def _with_blob_endpoint(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """An account URL (a connection's host, as Airflow's ``wasb`` connections have it: Azurite, a
+    sovereign cloud, a private endpoint) as adlfs takes it: adlfs builds ``https://<account>.blob...``
+    itself, so another endpoint goes in a connection string with the account's key or SAS token."""
+    options = dict(options)
+    url = str(options.pop("account_url")).rstrip("/")
+    if "connection_string" in options:
+        raise StorageOptionError(
+            f"{where}: give the blob endpoint inside the connection string (BlobEndpoint=...) or as the "
+            "account URL, not both"
+        )
+    protocol, sep, _ = url.partition("://")
+    if not sep or protocol not in ("http", "https"):
+        raise StorageOptionError(
+            f"{where}: the account URL must start with https:// (or http://), not {url!r}"
+        )
+    parts = [f"DefaultEndpointsProtocol={protocol}"]
+    if options.get("account_name"):
+        parts.append(f"AccountName={options.pop('account_name')}")
+    if options.get("account_key"):
+        parts.append(f"AccountKey={options.pop('account_key')}")
+    elif options.get("sas_token"):
+        parts.append(f"SharedAccessSignature={str(options.pop('sas_token')).lstrip('?')}")
+    parts.append(f"BlobEndpoint={url}")
+    options["connection_string"] = ";".join(parts) + ";"
     return options

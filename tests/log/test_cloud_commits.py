@@ -26,7 +26,7 @@ from airflow_provider_delta.log import AddFile, DeltaTable, UnsafeStorageError, 
 from airflow_provider_delta.log.storage import LogStore, put_if_absent
 
 if TYPE_CHECKING:
-    from conftest import Emulator  # tests/log/conftest.py
+    from emulators import Emulator  # tests/emulators.py
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 WRITERS, COMMITS_EACH = 4, 20

@@ -1,5 +1,6 @@
-"""Cloud storage emulators for the log core: fake-gcs-server (GCS) and Azurite (Azure Blob), one of each per
-test session on free ports of 127.0.0.1.
+"""Cloud storage emulators: fake-gcs-server (GCS) and Azurite (Azure Blob), one of each per test session on
+free ports of 127.0.0.1. A pytest plugin (``pytest_plugins`` in tests/conftest.py), so that the core's tests
+and the hook's tests (tests/airflow/test_storage_options.py) share the same servers' fixtures.
 
 Both are installed into ``.tools/`` by ``make tools`` (which ``make test`` runs). A missing emulator fails its
 tests with what is missing and how to install it; set ``DELTA_SKIP_EMULATORS=1`` to skip them instead.
@@ -25,7 +26,7 @@ from typing import Any
 import fsspec
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[2] / ".tools"
+TOOLS = Path(__file__).resolve().parents[1] / ".tools"
 FAKE_GCS_SERVER = TOOLS / "bin" / "fake-gcs-server"
 AZURITE_BLOB = TOOLS / "node_modules" / ".bin" / "azurite-blob"
 # Azurite's well-known development account (published in its README; not a secret).
