@@ -6,6 +6,11 @@ records it added, and the connection it used. The operator link turns that recor
 table's page in the Delta view at that version; the view reads the same records to list the tables the
 deployment's tasks have written and to name the task behind each version. A connection id is not a secret;
 no credential is ever in the record.
+
+Airflow 3 builds an operator's links once, in the worker after every try (succeeded, failed or deferred), and
+stores each URL as an XCom the UI reads. So the link reads the record the running try kept on its operator
+rather than the XCom: a try that failed before it committed pushed none, and asking the API for a missing
+XCom logs ``XCom not found`` as an error after the task's real one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
 
 COMMIT_XCOM_KEY = "delta_commit"
 URL_PREFIX = "/delta"
+_RECORD_ATTR = "_delta_commit_record"  # on the running operator (a copy per try): the record this try pushed
 
 
 def canonical_uri(table_uri: str) -> str:
@@ -54,6 +60,8 @@ def record_commit(
     }
     if (ti := context.get("ti")) is not None:  # None only when execute() is called by hand
         ti.xcom_push(key=COMMIT_XCOM_KEY, value=record)
+        if (task := context.get("task")) is not None:
+            setattr(task, _RECORD_ATTR, record)
     return record
 
 
@@ -72,9 +80,7 @@ class DeltaTableLink(BaseOperatorLink):
     name = "Delta table"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
-        from airflow.sdk.execution_time.xcom import XCom
-
-        record = XCom.get_value(ti_key=ti_key, key=COMMIT_XCOM_KEY)
+        record = getattr(operator, _RECORD_ATTR, None)  # see the module: not the XCom
         if not isinstance(record, dict) or not record.get("table_uri"):
-            return ""  # the task has not committed (yet): Airflow shows the button disabled
+            return ""  # the try did not commit (it failed or deferred): Airflow shows the button disabled
         return table_page_url(record["table_uri"], record.get("version"))

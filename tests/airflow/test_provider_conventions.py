@@ -5,6 +5,7 @@ tests/airflow/test_ui.py, covers the pages)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import deltalake
@@ -136,3 +137,72 @@ def test_the_view_opens_an_old_version_beyond_the_window(tmp_path):
     view = build_view(DeltaTable(uri), limit=2, selected=0)
     assert [r.version for r in view.rows] == [4, 3, 0]
     assert [p.version for p in view.points] == [3, 4]
+
+
+
+def _task_logs(path: Path) -> dict[str, list[dict]]:
+    """The JSON log records of a dag.test() run, per task (between its start and end lines)."""
+    tasks: dict[str, list[dict]] = {}
+    current: list[dict] | None = None
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        event = str(record.get("event", ""))
+        if event.startswith("[DAG TEST] starting task_id="):
+            current = tasks.setdefault(event.split("task_id=")[1].split()[0], [])
+        elif event.startswith("[DAG TEST] end task"):
+            current = None
+        elif current is not None:
+            current.append(record)
+    return tasks
+
+
+def test_a_failed_task_logs_its_error_and_nothing_else(tmp_path: Path, dag_file):
+    """Each table operator failing for real under dag.test() (the link, the XCom and the lineage code are
+    shared by every class of a module, so one failure per module): the task log's only error is the task's
+    exception. Airflow builds the "Delta table" link after every try; it used to ask for the ``delta_commit``
+    XCom a failed try never pushed, which logged ``XCom not found`` as a second error."""
+    from test_hook import task_sdk_logging
+
+    existing, missing = tmp_path / "existing", tmp_path / "missing"
+    DeltaTable.create(str(existing), pa.schema([("id", pa.int64())]))
+    module = dag_file("delta_fails", f"""
+        import datetime as dt
+        from airflow.sdk import DAG
+        from airflow_provider_delta.operators.commit import DeltaCommitOperator
+        from airflow_provider_delta.operators.create import DeltaCreateTableOperator
+        from airflow_provider_delta.operators.layout import DeltaOptimizeOperator
+        from airflow_provider_delta.operators.maintenance import DeltaCheckpointOperator
+        from airflow_provider_delta.operators.write import DeltaWriteOperator
+        EXISTING, MISSING, NEW = {str(existing)!r}, {str(missing)!r}, {str(tmp_path / "new")!r}
+        with DAG("delta_fails", schedule=None, start_date=dt.datetime(2024, 1, 1), catchup=False) as dag:
+            DeltaCommitOperator(task_id="commit", table_uri=MISSING, files=["x.parquet"])
+            DeltaCreateTableOperator(task_id="create", table_uri=EXISTING, schema=[("id", "long")],
+                                     exist_ok=False)
+            DeltaCheckpointOperator(task_id="checkpoint", table_uri=MISSING)
+            DeltaOptimizeOperator(task_id="optimize", table_uri=EXISTING, zorder_by=["no_such_column"])
+            DeltaWriteOperator(task_id="write", table_uri=EXISTING, data={{"id": ["not a number"]}})
+            DeltaWriteOperator(task_id="written", table_uri=NEW, data={{"id": [1]}})
+        """)  # fmt: skip
+    log = Path(os.environ["AIRFLOW_HOME"], "logs", "delta_fails", "dag_test.log")
+    with task_sdk_logging(log):
+        run = module.dag.test()
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states == {"commit": "failed", "create": "failed", "checkpoint": "failed", "optimize": "failed",
+                      "write": "failed", "written": "success"}  # fmt: skip
+    assert "XCom not found" not in log.read_text()
+    errors = {task: [(r["event"], [e["exc_type"] for e in r.get("exception", [])])
+                     for r in records if r["level"] in ("error", "critical")]
+              for task, records in _task_logs(log).items()}  # fmt: skip
+    assert errors == {
+        "commit": [("Task failed with exception", ["TableNotFoundError"])],
+        "create": [("Task failed with exception", ["FileExistsError"])],
+        "checkpoint": [("Task failed with exception", ["TableNotFoundError"])],
+        "optimize": [("Task failed with exception", ["ZOrderColumnError"])],
+        "write": [("Task failed with exception", ["SchemaMismatchError"])],
+        "written": [],
+    }
+    # The link still reads the try's own record: the task that committed links to its version.
+    links = {ti.task_id: ti.xcom_pull(task_ids=ti.task_id, key="_link_DeltaTableLink")
+             for ti in run.get_task_instances()}  # fmt: skip
+    assert links["written"] == table_page_url(canonical_uri(str(tmp_path / "new")), 0)
+    assert links["commit"] == ""
