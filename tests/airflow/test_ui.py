@@ -17,36 +17,25 @@ import datetime as dt
 import importlib.util
 import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from api_server import USER, api_server, chromium, free_port, get, stop, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "dags_examples"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 AZURITE = ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 WRONG_KEY = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXlXcm9uZ0tleQ=="
-# Flags without which Chromium's own connections are refused on this machine; a fresh profile per run.
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 DAYS = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
-STARTUP_S = 120
 
 
 @dataclass
@@ -59,36 +48,7 @@ class Deployment:
     corrupt: str
     denied: str
     commit_run_id: str  # the ingest run (a re-run) whose commit task found its day in version 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, proc: subprocess.Popen, log: Path, what: str) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"{what} exited with {proc.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
-        try:
-            urllib.request.urlopen(url, timeout=2).close()
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            time.sleep(0.2)
-    pytest.fail(f"{what} did not answer {url} within {STARTUP_S}s:\n{log.read_text()[-3000:]}", pytrace=False)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    password: str  # the user's, for logging in through the login page
 
 
 def _load(dags_folder: Path, name: str):
@@ -110,7 +70,7 @@ def _azurite_table(workdir: Path) -> tuple[subprocess.Popen, str, str]:
     """Azurite with one Delta table; returns (process, table URI, the right connection string's endpoint)."""
     if not AZURITE.exists():
         pytest.fail(f"Azurite is not installed ({AZURITE}); `make tools` installs it", pytrace=False)
-    port = _free_port()
+    port = free_port()
     log = workdir / "azurite.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -119,7 +79,7 @@ def _azurite_table(workdir: Path) -> tuple[subprocess.Popen, str, str]:
             stdout=out, stderr=subprocess.STDOUT, cwd=workdir,
         )  # fmt: skip
     endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
-    _wait_http(endpoint, proc, log, "Azurite")
+    wait_http(endpoint, proc, log, "Azurite")
     import fsspec
 
     from airflow_provider_delta.log import DeltaTable
@@ -139,7 +99,7 @@ def deployment(airflow_db: Path, tmp_path_factory) -> Iterator[Deployment]:
     dags_folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     copies = [Path(shutil.copy(p, dags_folder / p.name)) for p in sorted(EXAMPLES.glob("delta_*.py"))]
     azurite = None
-    server = None
+    stack = ExitStack()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DELTA_EXAMPLE_ROOT", str(work / "tables"))
         mp.delenv("DELTA_EXAMPLE_CONN_ID", raising=False)
@@ -167,60 +127,22 @@ def deployment(airflow_db: Path, tmp_path_factory) -> Iterator[Deployment]:
             extra = {"storage_options": {"connection_string": wrong}, "tables": locked}
             _add_connection("delta_azure_wrong_key", extra=json.dumps(extra))
 
-            password = secrets.token_urlsafe(12)
-            passwords = work / "passwords.json"
-            passwords.write_text(json.dumps({"admin": password}))
-            port = _free_port()
-            env = {
-                **os.environ,
-                "AIRFLOW__CORE__AUTH_MANAGER": (
-                    "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
-                ),
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-                "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            }
-            log = work / "api-server.log"
-            airflow = Path(sys.executable).with_name("airflow")
-            with open(log, "wb") as out:
-                server = subprocess.Popen(
-                    [str(airflow), "api-server", "--host", "127.0.0.1", "--port", str(port)],
-                    stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
-                )  # fmt: skip
-            base = f"http://127.0.0.1:{port}"
-            _wait_http(f"{base}/api/v2/monitor/health", server, log, "airflow api-server")
-            request = urllib.request.Request(
-                f"{base}/auth/token", data=json.dumps({"username": "admin", "password": password}).encode(),
-                headers={"Content-Type": "application/json"}, method="POST",
-            )  # fmt: skip
-            token = json.load(urllib.request.urlopen(request, timeout=30))["access_token"]
+            server = stack.enter_context(api_server(work))
             yield Deployment(
-                base, token, log, f"file://{work}/tables/events", str(missing), str(corrupt), locked,
-                runs[3].run_id,
+                server.base, server.token, server.log, f"file://{work}/tables/events", str(missing),
+                str(corrupt), locked, runs[3].run_id, server.password,
             )  # fmt: skip
         finally:
-            for proc in (server, azurite):
-                if proc is not None:
-                    _stop(proc)
+            stack.close()
+            if azurite is not None:
+                stop(azurite)
             for path in copies:
                 path.unlink(missing_ok=True)
 
 
 def _get(d: Deployment, path: str, token: bool = True) -> tuple[int, str, str]:
     """(status, body, Location) without following redirects."""
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):
-            return None
-
-    headers = {"Cookie": f"_token={d.token}"} if token else {}
-    opener = urllib.request.build_opener(NoRedirect)
-    try:
-        with opener.open(urllib.request.Request(d.base + path, headers=headers), timeout=60) as r:
-            return r.status, r.read().decode(), ""
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(), err.headers.get("Location", "")
+    return get(d.base, path, d.token if token else None)
 
 
 def _page(d: Deployment, uri: str, version: int | None = None) -> str:
@@ -237,18 +159,8 @@ def test_the_view_needs_an_airflow_session(deployment):
 
 @pytest.fixture(scope="module")
 def browser(deployment) -> Iterator:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is not installed: `make tools` installs Debian's chromium (apt-get install "
-                    "chromium)", pytrace=False)  # fmt: skip
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        context = chromium.new_context(viewport={"width": 1280, "height": 1000})
-        context.add_cookies([{"name": "_token", "value": deployment.token, "url": deployment.base}])
+    with chromium(deployment.base, deployment.token) as context:
         yield context
-        context.close()
-        chromium.close()
 
 
 def test_a_person_follows_the_task_link_to_the_table_at_its_version(deployment, browser, tmp_path):
@@ -332,3 +244,26 @@ def test_bad_tables_get_a_clear_page_without_trace_or_secret(deployment, browser
 def test_a_bad_version_is_a_clear_400(deployment):
     code, body, _ = _get(deployment, _page(deployment, deployment.events) + "&version=abc")
     assert code == 400 and "whole number" in body
+
+
+def test_logging_in_from_a_deep_link_lands_on_the_page_asked_for(deployment, tmp_path):
+    deep = _page(deployment, deployment.events, 2)
+    status, _, location = _get(deployment, deep, token=False)
+    assert status == 307
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)["next"] == [deep]
+    with chromium(deployment.base, None) as context:
+        page = context.new_page()
+        page.goto(deployment.base + deep)
+        page.wait_for_url("**/auth/login**")
+        try:
+            page.locator("input[name='username']").fill(USER)
+            page.locator("input[name='password']").fill(deployment.password)
+            page.locator("button[type='submit']").click()
+            page.wait_for_url("**/delta/table?**", timeout=60_000)
+        except Exception:
+            page.screenshot(path=str(tmp_path / "login.png"))
+            raise AssertionError(f"login did not return to {deep}: at {page.url}; see {tmp_path}") from None
+        landed = urllib.parse.urlsplit(page.url)
+        assert f"{landed.path}?{landed.query}" == deep
+        assert page.locator("#latest-version").inner_text() == "5"
+        assert page.locator("#versions tr.selected").get_attribute("data-version") == "2"
