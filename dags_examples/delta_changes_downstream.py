@@ -15,7 +15,6 @@ A run no event triggered (``dag.test()``, a manual run) reads up to the latest v
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import os
 from typing import Any
 
@@ -27,8 +26,6 @@ from airflow_provider_delta.hooks.changes import change_range
 from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.operators.commit import table_asset
 from airflow_provider_delta.triggers.delta import DeltaTableWatcherTrigger
-
-log = logging.getLogger(__name__)
 
 ROOT = os.environ.get("DELTA_EXAMPLE_ROOT") or "/tmp/airflow-provider-delta-examples"
 CONN_ID = os.environ.get("DELTA_EXAMPLE_CONN_ID") or None
@@ -80,8 +77,8 @@ with DAG(
         done = DeltaHook(CONN_ID).consume_changes(
             ORDERS, CONSUMER, net_amounts, sink_uri=TOTALS, upto=seen, columns=["customer", "amount"]
         )
-        log.info("%s: versions %d..%d, %d change rows, committed %s", ORDERS, done.start, done.end,
-                 done.rows, done.committed_version)  # fmt: skip
+        # Versions read and the commit; or already_committed (a retry, a clear: the range was done); or
+        # start and end None: nothing new. consume_changes logs which.
         return done.to_dict()
     # [END howto_consume_changes]
 

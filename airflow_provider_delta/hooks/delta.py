@@ -21,7 +21,13 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 
 from airflow_provider_delta.extras import require_for_uri
-from airflow_provider_delta.hooks.changes import ConsumedChanges, consume_changes
+from airflow_provider_delta.hooks.changes import (
+    ChangeBound,
+    ChangesProcessor,
+    ConsumedChanges,
+    ProgressStore,
+    consume_changes,
+)
 from airflow_provider_delta.hooks.secrets import (
     connection_secrets,
     option_secrets,
@@ -153,12 +159,48 @@ class DeltaHook(BaseHook):
                                            ending_timestamp=ending_timestamp, columns=columns,
                                            filter=filter).to_table()  # fmt: skip
 
-    def consume_changes(self, source_uri: str, app_id: str, process: Any, **options: Any) -> ConsumedChanges:
-        """Read the changes of ``source_uri`` after this consumer's recorded progress up to a range handed
-        on by a sensor or an asset event (``upto=``), hand them to ``process`` and record the progress
-        exactly once: as the app transaction ``app_id`` of ``sink_uri`` in the commit of the rows
-        ``process`` returns, or in a state store (``progress=``). See ``hooks.changes``."""
-        return consume_changes(self, source_uri, app_id, process, **options)
+    def consume_changes(
+        self,
+        source_uri: str,
+        app_id: str,
+        process: ChangesProcessor,
+        *,
+        sink_uri: str | None = None,
+        progress: ProgressStore | None = None,
+        upto: ChangeBound = None,
+        first_version: int = 0,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        write_options: dict[str, Any] | None = None,
+    ) -> ConsumedChanges:
+        """Read the changes of ``source_uri`` after this consumer's recorded progress up to ``upto``, hand
+        them to ``process`` and record the progress exactly once: as the app transaction ``app_id`` of
+        ``sink_uri`` in the commit of the rows ``process`` returns, or in a state store (``progress=``).
+        Pass exactly one of ``sink_uri`` and ``progress``. See ``hooks.changes``.
+
+        :param source_uri: the table whose changes are read (change data feed on, or appends only).
+        :param app_id: the consumer's name: its progress is the sink's app transaction ``app_id``, or the
+            state store key ``delta_consumer/<app_id>``.
+        :param process: called once with the change rows (the source's columns, ``_change_type``,
+            ``_commit_version``, ``_commit_timestamp``); with ``sink_uri`` it returns the rows to append
+            (pyarrow, pandas, Polars).
+        :param sink_uri: the table the consumer writes (created by its first write).
+        :param progress: without a sink: ``context["asset_state_store"][asset]`` of the source's asset (an
+            inlet of the task), or anything with ``get(key)`` and ``set(key, value)``. At least once.
+        :param upto: the last version to read: a version, or the range a sensor or an asset event handed
+            on (``change_range`` reads it); the latest by default. Reading always starts after the
+            consumer's progress, whatever the range's ``from_version`` (``None`` after an app_id sensor).
+        :param first_version: where a consumer with no progress yet starts.
+        :param columns: read only these columns of the source (the change columns always come).
+        :param filter: a row filter, as ``read_rows`` takes it (SQL text, DNF tuples, an expression).
+        :param write_options: more keyword arguments of the sink's ``write_rows`` (``partition_by``,
+            ``schema_mode``, ...).
+        :return: :class:`~airflow_provider_delta.hooks.changes.ConsumedChanges`: versions read and rows, or
+            ``already_committed`` when the range asked for was consumed before, or nothing new.
+        """
+        return consume_changes(self, source_uri, app_id, process, sink_uri=sink_uri, progress=progress,
+                               upto=upto, first_version=first_version, columns=columns, filter=filter,
+                               write_options=write_options)  # fmt: skip
 
     def read_version_range(
         self,

@@ -302,3 +302,182 @@ def _stored_progress(asset_name: str, key: str) -> Any:
         query = session.query(store).join(AssetModel, AssetModel.id == store.asset_id)
         row = query.filter(AssetModel.name == asset_name, store.key == key).one()
         return json.loads(row.value)
+
+
+# -- What a run reports: read, already committed, nothing new ---------------------------------------------
+def _results_source(root: Path, sink: Path, out: Path) -> str:
+    """A consumer whose run conf picks the range (``range``: a dict or a version) and the progress (``sink``
+    true: the sink's app transaction; false: the asset state store); a ``fail-after`` file makes the try
+    die after consume_changes returned (it committed): the retry runs with the same range."""
+    return f"""
+        import datetime as dt, json, os
+        from pathlib import Path
+        import pyarrow as pa
+        from airflow.sdk import DAG, Asset, task
+        from airflow_provider_delta.hooks.delta import DeltaHook
+        SOURCE = Asset(name="results_source", uri={"file://" + str(root)!r})
+        OUT = Path({str(out)!r})
+
+        def rows_read(rows):
+            with open(OUT / "calls.jsonl", "a") as f:  # each call of process, for the test to count
+                f.write(json.dumps(sorted(set(rows.column("_commit_version").to_pylist()))) + "\\n")
+            return pa.table({{"rows": [rows.num_rows]}})
+
+        with DAG("consume_results", schedule=None, start_date=dt.datetime(2024, 1, 1), catchup=False) as dag:
+            @task(retries=1, retry_delay=0, inlets=[SOURCE])
+            def consume(dag_run=None, asset_state_store=None):
+                conf = dag_run.conf or {{}}
+                where = ({{"sink_uri": {str(sink)!r}}} if conf.get("sink", True)
+                         else {{"progress": asset_state_store[SOURCE]}})
+                done = DeltaHook(None).consume_changes({str(root)!r}, "results", rows_read,
+                                                       upto=conf.get("range"), **where)
+                if (OUT / "fail-after").exists():
+                    (OUT / "fail-after").unlink()
+                    raise RuntimeError("worker lost after the commit")
+                return done.to_dict()
+            consume()
+        """
+
+
+def _return_value(run: Any, task_id: str) -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    query = XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key="return_value")
+    with create_session() as session:
+        row = session.scalars(query).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def _appends(root: Path, *counts: int) -> DeltaTable:
+    """A change-data-feed table at version ``len(counts)``: version 0 empty, then one append per count."""
+    table = DeltaTable.create(str(root), SCHEMA, configuration=CDF)
+    for n in counts:
+        _append(table, n)
+    return table
+
+
+def _append(table: DeltaTable, n: int, **options: Any) -> None:
+    start = table.scan().to_table().num_rows
+    table.write(pa.table({"id": list(range(start, start + n)), "v": ["x"] * n}, schema=SCHEMA), **options)
+
+
+def test_a_rerun_of_a_consumed_range_says_already_committed_and_nothing_new_says_so(tmp_path: Path, dag_file):
+    root, sink, out = tmp_path / "source", tmp_path / "sink", tmp_path / "out"
+    out.mkdir()
+    table = _appends(root, 3, 2)
+    dag = dag_file("consume_results", _results_source(root, sink, out)).dag
+
+    def run(**conf: Any) -> dict[str, Any]:
+        result = dag.test(run_conf=conf)
+        assert result.state == "success"
+        return _return_value(result, "consume")
+
+    seen = ChangeRange(str(root), 1, 2)
+    # Read: from the consumer's progress (none yet: version 0), not from the range's from_version.
+    first = run(range=seen.to_dict())
+    assert first == {"start": 0, "end": 2, "rows": 5, "committed_version": 0, "already_committed": False}
+    # A re-run of the same range (a clear): the range asked for, done, in sink version 0; nothing read.
+    assert run(range=seen.to_dict()) == {"start": 1, "end": 2, "rows": 0, "committed_version": 0,
+                                         "already_committed": True}  # fmt: skip
+    # A version as the bound says no start.
+    assert run(range=1) == {"start": None, "end": 1, "rows": 0, "committed_version": 0,
+                            "already_committed": True}  # fmt: skip
+    # No range and no version after the progress: nothing new, which is not "already committed".
+    assert run() == {"start": None, "end": None, "rows": 0, "committed_version": None,
+                     "already_committed": False}  # fmt: skip
+    assert DeltaTable(str(sink)).version() == 0 and len(_calls(out)) == 1
+
+    _append(table, 4)
+    assert run() == {"start": 3, "end": 3, "rows": 4, "committed_version": 1, "already_committed": False}
+    # A backfill of the older range: done, covered by the progress sink version 1 recorded.
+    assert run(range=seen.to_dict()) == {"start": 1, "end": 2, "rows": 0, "committed_version": 1,
+                                         "already_committed": True}  # fmt: skip
+    assert DeltaTable(str(sink)).version() == 1
+    assert _calls(out) == [[1, 2], [3]]  # version 0 (the creation) changed no rows
+
+
+def _calls(out: Path) -> list[list[int]]:
+    path = out / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.parametrize("sink_mode", [True, False], ids=["sink", "state-store"])
+def test_a_retry_after_the_commit_reads_and_commits_nothing(tmp_path: Path, dag_file, sink_mode: bool):
+    """The first try consumes the range, records the progress (the sink's commit, or the state store),
+    then dies; the retry, with the same range, finds it done: already committed, no second read or commit."""
+    root, sink, out = tmp_path / "source", tmp_path / "sink", tmp_path / "out"
+    out.mkdir()
+    _appends(root, 3, 2)
+    dag = dag_file("consume_results", _results_source(root, sink, out)).dag
+    (out / "fail-after").touch()
+    run = dag.test(run_conf={"range": ChangeRange(str(root), 1, 2).to_dict(), "sink": sink_mode})
+    assert run.state == "success" and not (out / "fail-after").exists()
+    assert [ti.try_number for ti in run.get_task_instances()] == [2]
+    assert _return_value(run, "consume") == {"start": 1, "end": 2, "rows": 0,
+                                             "committed_version": 0 if sink_mode else None,
+                                             "already_committed": True}  # fmt: skip
+    assert _calls(out) == [[1, 2]]  # read once, by the first try
+    if sink_mode:
+        assert DeltaTable(str(sink)).version() == 0
+        assert DeltaTable(str(sink)).snapshot().app_transactions == {"results": 2}
+    else:
+        assert not sink.exists()
+        assert _stored_progress("results_source", "delta_consumer/results") == 2
+
+
+def _after_ingest_source(root: Path, sink: Path, out: Path) -> str:
+    return f"""
+        import datetime as dt, json
+        import pyarrow as pa
+        from airflow.sdk import DAG, task
+        from airflow_provider_delta.hooks.delta import DeltaHook
+        from airflow_provider_delta.sensors.delta import DeltaVersionSensor
+
+        def rows_read(rows):
+            with open({str(out / "calls.jsonl")!r}, "a") as f:
+                f.write(json.dumps(sorted(set(rows.column("_commit_version").to_pylist()))) + "\\n")
+            return pa.table({{"rows": [rows.num_rows]}})
+
+        with DAG("consume_after_ingest", schedule=None, start_date=dt.datetime(2024, 1, 1),
+                 catchup=False) as dag:
+            wait = DeltaVersionSensor(task_id="wait", table_uri={str(root)!r}, app_id="ingest",
+                                      app_version="{{{{ dag_run.conf['batch'] }}}}", poke_interval=0.1,
+                                      timeout=60, deferrable=False)
+
+            @task
+            def consume(ti=None):
+                seen = ti.xcom_pull(task_ids="wait", key="change_range")
+                done = DeltaHook(None).consume_changes({str(root)!r}, "after_ingest", rows_read,
+                                                       sink_uri={str(sink)!r}, upto=seen)
+                return {{"seen": seen, "done": done.to_dict()}}
+            wait >> consume()
+        """
+
+
+def test_after_an_app_transaction_sensor_the_consumer_starts_from_its_own_progress(tmp_path: Path, dag_file):
+    """A sensor waiting for an upstream's app transaction hands on a range without ``from_version``: the
+    consumer reads from its own progress, and a re-run of the same batch reads nothing."""
+    root, sink, out = tmp_path / "source", tmp_path / "sink", tmp_path / "out"
+    out.mkdir()
+    table = _appends(root)
+    _append(table, 3, app_id="ingest", app_version=1)  # version 1
+    _append(table, 2)  # version 2: another writer
+    dag = dag_file("consume_after_ingest", _after_ingest_source(root, sink, out)).dag
+
+    def run(batch: int) -> dict[str, Any]:
+        result = dag.test(run_conf={"batch": batch})
+        assert result.state == "success"
+        return _return_value(result, "consume")
+
+    assert run(1) == {"seen": {"table_uri": str(root), "from_version": None, "to_version": 2},
+                      "done": {"start": 0, "end": 2, "rows": 5, "committed_version": 0,
+                               "already_committed": False}}  # fmt: skip
+    _append(table, 4, app_id="ingest", app_version=2)  # version 3
+    assert run(2) == {"seen": {"table_uri": str(root), "from_version": None, "to_version": 3},
+                      "done": {"start": 3, "end": 3, "rows": 4, "committed_version": 1,
+                               "already_committed": False}}  # fmt: skip
+    assert run(2)["done"] == {"start": None, "end": 3, "rows": 0, "committed_version": 1,
+                              "already_committed": True}  # fmt: skip
+    assert _calls(out) == [[1, 2], [3]]
+    assert DeltaTable(str(sink)).snapshot().app_transactions == {"after_ingest": 3}
