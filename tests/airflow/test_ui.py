@@ -246,12 +246,13 @@ def test_a_bad_version_is_a_clear_400(deployment):
     assert code == 400 and "whole number" in body
 
 
-def test_logging_in_from_a_deep_link_lands_on_the_page_asked_for(deployment, tmp_path):
+def test_logging_in_from_a_deep_link_lands_on_the_page_asked_for(deployment, browser, tmp_path):
     deep = _page(deployment, deployment.events, 2)
     status, _, location = _get(deployment, deep, token=False)
     assert status == 307
     assert urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)["next"] == [deep]
-    with chromium(deployment.base, None) as context:
+    context = browser.browser.new_context()  # no session cookie: a person who has not logged in yet
+    try:
         page = context.new_page()
         page.goto(deployment.base + deep)
         page.wait_for_url("**/auth/login**")
@@ -267,3 +268,5 @@ def test_logging_in_from_a_deep_link_lands_on_the_page_asked_for(deployment, tmp
         assert f"{landed.path}?{landed.query}" == deep
         assert page.locator("#latest-version").inner_text() == "5"
         assert page.locator("#versions tr.selected").get_attribute("data-version") == "2"
+    finally:
+        context.close()
