@@ -1,0 +1,88 @@
+"""Readers of a Delta table beside our scan, each giving Arrow rows: DuckDB's ``delta`` extension
+(delta-kernel-rs inside) and deltalake (delta-rs) by its two paths, and the misreads we know of, each a
+rule that turns the right rows into the wrong ones a reader returns.
+
+The extension is LOADed from the file the ``duckdb-extension-delta`` package ships: with autoinstall off,
+nothing is fetched, and a DuckDB of another version than the file's fails to start here, naming both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import deltalake
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def extension_path() -> Path:
+    """``delta.duckdb_extension`` of the installed package, built for exactly this DuckDB (the package
+    pins it): ``duckdb_extension_delta/extensions/v<duckdb version>/``."""
+    import duckdb_extension_delta
+
+    shipped = Path(duckdb_extension_delta.__file__).parent / "extensions"
+    path = shipped / f"v{duckdb.__version__}" / "delta.duckdb_extension"
+    if not path.is_file():
+        built = sorted(p.name for p in shipped.iterdir())
+        raise RuntimeError(f"duckdb-extension-delta ships {built}, not one for duckdb {duckdb.__version__}: "
+                           "uv.lock must hold the duckdb the extension pins")  # fmt: skip
+    return path
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute(f"LOAD '{extension_path()}'")
+    return con
+
+
+def duckdb_rows(con: duckdb.DuckDBPyConnection, uri: str) -> pa.Table:
+    return con.execute("SELECT * FROM delta_scan(?)", [uri]).to_arrow_table()
+
+
+def deltalake_sql_rows(uri: str) -> pa.Table:
+    """deltalake's SQL engine (DataFusion on delta-rs's scan), as tests/oracle/test_arrow_rows_agree.py."""
+    return pa.table(deltalake.QueryBuilder().register("t", deltalake.DeltaTable(uri)).execute("SELECT * FROM t"))
+
+
+def deltalake_arrow_rows(uri: str) -> pa.Table:
+    """``deltalake.DeltaTable.to_pyarrow_table()``: a pyarrow dataset over the table's files."""
+    return deltalake.DeltaTable(uri).to_pyarrow_table()
+
+
+# -- misreads: what a reader returns instead of the right rows ---------------------------------------------
+def _nulls(table: pa.Table, columns: list[str]) -> pa.Table:
+    for name in columns:
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, pa.nulls(table.num_rows, table.schema.field(i).type))
+    return table
+
+
+def partition_columns_null(table: pa.Table, partition_by: list[str]) -> pa.Table:
+    return _nulls(table, partition_by)
+
+
+def data_columns_null(table: pa.Table, partition_by: list[str]) -> pa.Table:
+    return _nulls(table, [c for c in table.column_names if c not in partition_by])
+
+
+def null_strings_empty(table: pa.Table, partition_by: list[str]) -> pa.Table:
+    """Null string partition values read as "": right only where every null stood for a "" in the log."""
+    for name in partition_by:
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, pc.fill_null(table[name], ""))
+    return table
+
+
+@dataclass(frozen=True)
+class Misread:
+    """A reader's known defect on one table shape: ``rule`` turns the right rows into what it returns.
+    ``twin``: whether Delta Spark's table of the same shape is misread the same way (the defect is the
+    reader's); when it is not, ``why`` says why no twin can show it."""
+
+    what: str
+    rule: Callable[[pa.Table, list[str]], pa.Table]
+    twin: bool = True
+    why: str = ""
