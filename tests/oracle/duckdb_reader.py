@@ -44,7 +44,8 @@ def duckdb_rows(con: duckdb.DuckDBPyConnection, uri: str) -> pa.Table:
 
 def deltalake_sql_rows(uri: str) -> pa.Table:
     """deltalake's SQL engine (DataFusion on delta-rs's scan), as tests/oracle/test_arrow_rows_agree.py."""
-    return pa.table(deltalake.QueryBuilder().register("t", deltalake.DeltaTable(uri)).execute("SELECT * FROM t"))
+    query = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(uri))
+    return pa.table(query.execute("SELECT * FROM t"))
 
 
 def deltalake_arrow_rows(uri: str) -> pa.Table:

@@ -47,8 +47,10 @@ def _rows(parts: list[str | None], start: int = 0) -> pa.Table:
             "k": pa.array(keys, pa.int64()),
             "v": pa.array([f"v{k}" if k % 4 else None for k in keys], pa.string()),
             "d": pa.array([dt.date(2024, 1, 1) + dt.timedelta(days=k) for k in keys], pa.date32()),
-            "ts": pa.array([dt.datetime(2024, 2, 29, 23, 59, 59, k, tzinfo=dt.UTC) for k in keys],
-                           pa.timestamp("us", "UTC")),  # fmt: skip
+            "ts": pa.array(
+                [dt.datetime(2024, 2, 29, 23, 59, 59, k, tzinfo=dt.UTC) for k in keys],
+                pa.timestamp("us", "UTC"),
+            ),  # fmt: skip
             "amt": pa.array([Decimal(k) / 4 for k in keys], pa.decimal128(10, 2)),
             "p": parts,
         }
@@ -211,8 +213,10 @@ def _agree(reader: str, shape: str, theirs: pa.Table, right: pa.Table, what: str
         return
     expected = rows_of(misread.rule(right, SHAPES[shape][1]))
     assert expected != rows_of(right), f"the shape no longer exercises {reader}'s misread ({misread.what})"
-    assert got == expected, (f"{reader} no longer misreads {what} as listed ({misread.what}; fixed "
-                             f"upstream? update MISREADS and docs/compatibility.md): {_only(got, expected)}")  # fmt: skip
+    assert got == expected, (
+        f"{reader} no longer misreads {what} as listed ({misread.what}; fixed upstream? update MISREADS "
+        f"and docs/compatibility.md): {_only(got, expected)}"
+    )
 
 
 def _only(got: list, expected: list) -> str:
@@ -253,8 +257,9 @@ def test_misreads_of_our_tables_are_the_readers_own(shape, tables, duck, oracle,
     ours_uri, twin = tables(shape), str(tmp_path / "twin")
     partition_by = SHAPES[shape][1]
     props = ", ".join(f"'{k}' = '{v}'" for k, v in TWIN_PROPERTIES[shape].items())
+    properties = f"TBLPROPERTIES ({props})" if props else ""
     oracle.call("sql", f"CREATE TABLE delta.`{twin}` USING delta PARTITIONED BY ({', '.join(partition_by)}) "
-                       f"{f'TBLPROPERTIES ({props})' if props else ''} AS SELECT * FROM delta.`{ours_uri}`")  # fmt: skip
+                       f"{properties} AS SELECT * FROM delta.`{ours_uri}`")  # fmt: skip
     spark_rows = delta_spark_table(oracle, f"SELECT * FROM delta.`{twin}`", tmp_path)
     assert spark_rows is not None
     ours = DeltaTable(ours_uri).scan().to_table()
