@@ -4,6 +4,10 @@ Spec: "Support for incremental processing - readers can tail the transaction log
 ``N.json`` with contiguous N, so "is there anything after version v?" is one existence check of
 ``v+1.json``; only when it exists is the log listed (from v+1) and read. An idle check therefore costs
 one storage request however long the log is.
+
+A location that holds no table yet (no ``_delta_log`` with a commit or checkpoint) is a table with no
+version, ``NO_TABLE`` (-1): no condition holds of it, and as a baseline it makes the table's first commit
+(version 0) the change waited for. While it stays missing, a check costs one listing of ``_delta_log``.
 """
 
 from __future__ import annotations
@@ -12,13 +16,36 @@ import json
 from dataclasses import dataclass
 
 from .actions import check_commit_info
-from .errors import CorruptLogError, shown
-from .segment import commit_name, commit_version
+from .errors import CorruptLogError, TableNotFoundError, shown
+from .segment import commit_name, commit_version, group_checkpoints
 from .table_context import TableContext
 
 # Operations that never change the table's data even when their actions say dataChange (defensive: Delta
 # writers mark them dataChange=false already).
 _NO_DATA_OPERATIONS = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "CHECKPOINT"})
+# The version of a table that does not exist yet: every version it will have is newer.
+NO_TABLE = -1
+
+
+def current_version(table: TableContext) -> int:
+    """The table's latest version, or ``NO_TABLE`` when the location holds no Delta table yet.
+
+    Only "no table" is a version: a log that cannot be read (permissions, a corrupt or cleaned-up log)
+    still raises, as waiting would not mend it.
+    """
+    try:
+        return table.snapshot().version
+    except TableNotFoundError:
+        return NO_TABLE
+
+
+def _has_log(table: TableContext) -> bool:
+    """Whether ``_delta_log`` holds a commit or a checkpoint (what makes a location a table): one listing."""
+    try:
+        files = table.store.list_log(0)
+    except TableNotFoundError:  # the bucket itself is missing
+        return False
+    return any(commit_version(f.name) is not None for f in files) or bool(group_checkpoints(files))
 
 
 @dataclass(frozen=True)
@@ -140,10 +167,18 @@ def observe(table: TableContext, condition: VersionCondition, cursor: int | None
     """Check ``condition`` once, examining only commits after ``cursor``.
 
     The first check (``cursor`` None) reads the latest version; every later check that finds no new
-    commit costs one storage request, so a poll loop's cost does not grow with the log.
+    commit costs one storage request, so a poll loop's cost does not grow with the log. On a location with
+    no table yet the check is not satisfied and its cursor is ``NO_TABLE``; the checks after it list the
+    log until the table appears, then read it as a first check does (its commits may start anywhere: a
+    table copied in with a checkpoint has no version 0).
     """
-    if cursor is None:
-        snap = table.snapshot()
+    if cursor == NO_TABLE and not _has_log(table):
+        return Observation(False, NO_TABLE)
+    if cursor is None or cursor == NO_TABLE:
+        try:
+            snap = table.snapshot()
+        except TableNotFoundError:
+            return Observation(False, NO_TABLE)
         cursor = snap.version
         if condition.app_id is not None:
             done = snap.app_transactions.get(condition.app_id, -1) >= condition.app_version
