@@ -1,6 +1,7 @@
 """Readers of a Delta table beside our scan, each giving Arrow rows: DuckDB's ``delta`` extension
-(delta-kernel-rs inside) and deltalake (delta-rs) by its two paths, and the misreads we know of, each a
-rule that turns the right rows into the wrong ones a reader returns.
+(delta-kernel-rs inside), deltalake (delta-rs) by its two paths and delta-kernel-rs's own scan (through
+its Python wrapper); and the misreads we know of, each a rule that turns the rows our scan reads into the
+ones a reader returns.
 
 The extension is LOADed from the file the ``duckdb-extension-delta`` package ships: with autoinstall off,
 nothing is fetched, and a DuckDB of another version than the file's fails to start here, naming both.
@@ -16,6 +17,7 @@ import deltalake
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
 
 def extension_path() -> Path:
@@ -51,6 +53,13 @@ def deltalake_sql_rows(uri: str) -> pa.Table:
 def deltalake_arrow_rows(uri: str) -> pa.Table:
     """``deltalake.DeltaTable.to_pyarrow_table()``: a pyarrow dataset over the table's files."""
     return deltalake.DeltaTable(uri).to_pyarrow_table()
+
+
+def kernel_rows(uri: str) -> pa.Table:
+    """delta-kernel-rs's scan (``delta-kernel-rust-sharing-wrapper``), as tests/log/test_checkpoint.py."""
+    url = Path(uri).resolve().as_uri() + "/"
+    engine = PythonInterface(url)
+    return pa.table(ScanBuilder(Table(url).snapshot(engine)).build().execute(engine).read_all())
 
 
 # -- misreads: what a reader returns instead of the right rows ---------------------------------------------

@@ -1,5 +1,6 @@
 """Other engines read the tables our core writes: DuckDB's ``delta`` extension (delta-kernel-rs inside),
-deltalake (delta-rs; its SQL engine and ``to_pyarrow_table``) and Delta Spark, one table shape at a time.
+deltalake (delta-rs; its SQL engine and ``to_pyarrow_table``), delta-kernel-rs's own scan and Delta Spark,
+one table shape at a time.
 
 Each reader returns our scan's rows (order-free, types compared by value: ``oracle_arrow.rows_of``), or the
 misread listed for it in ``MISREADS`` and in docs/compatibility.md ("Other engines reading our tables").
@@ -25,6 +26,7 @@ from duckdb_reader import (
     deltalake_arrow_rows,
     deltalake_sql_rows,
     duckdb_rows,
+    kernel_rows,
     null_strings_empty,
     partition_columns_null,
 )
@@ -154,26 +156,30 @@ TWIN_PROPERTIES = {
 _PARTITIONS_NULL = Misread("partition values read as NULL", partition_columns_null)
 _DATA_NULL = Misread("every data column read as NULL", data_columns_null)
 MISREADS: dict[tuple[str, str], Misread] = {
-    ("duckdb", "column mapping id, partition column last"): _PARTITIONS_NULL,
-    ("duckdb", "column mapping name, partition column last"): _PARTITIONS_NULL,
+    ("DuckDB", "column mapping id, partition column last"): _PARTITIONS_NULL,
+    ("DuckDB", "column mapping name, partition column last"): _PARTITIONS_NULL,
     ("deltalake to_pyarrow_table", "column mapping id"): _DATA_NULL,
     ("deltalake to_pyarrow_table", "column mapping id, partition column last"): _DATA_NULL,
     ("deltalake to_pyarrow_table", "column mapping name"): _DATA_NULL,
     ("deltalake to_pyarrow_table", "column mapping name, partition column last"): _DATA_NULL,
 }
-MISREADS[("deltalake SQL", "partitioned, odd values")] = Misread(
+# Our writer records an empty string as "" (Delta Spark records NULL for it); the spec ("Partition Value
+# Serialization") reads "" as NULL for every type, as our scan, DuckDB and delta-kernel-rs do.
+_EMPTY_KEPT = Misread(
     'an empty-string partition value read as "", not NULL',
     null_strings_empty,  # the shape's only null partition values are its "" ones
     twin=False,
-    why='Delta Spark writes NULL for "", so its twin has none (the spec: "" is NULL for every type)',
+    why='Delta Spark writes NULL for "", so its twin has no "" to read',
 )
+MISREADS[("deltalake SQL", "partitioned, odd values")] = _EMPTY_KEPT
+MISREADS[("Delta Spark", "partitioned, odd values")] = _EMPTY_KEPT
 # Tables a reader refuses, saying so (a reader feature it does not support): the text its error holds.
 REFUSALS: dict[tuple[str, str], str] = {
     ("deltalake to_pyarrow_table", "deletion vectors"): "deletionVectors",
     ("deltalake to_pyarrow_table", "change data feed"): "deletionVectors",
     ("deltalake to_pyarrow_table", "V2 checkpoint"): "v2Checkpoint",
 }
-READERS = ("duckdb", "deltalake SQL", "deltalake to_pyarrow_table")
+READERS = ("DuckDB", "deltalake SQL", "deltalake to_pyarrow_table", "delta-kernel-rs")
 
 
 @pytest.fixture(scope="module")
@@ -198,8 +204,10 @@ def tables(tmp_path_factory) -> Callable[[str], str]:
 
 
 def _read(reader: str, duck, uri: str) -> pa.Table:
-    if reader == "duckdb":
+    if reader == "DuckDB":
         return duckdb_rows(duck, uri)
+    if reader == "delta-kernel-rs":
+        return kernel_rows(uri)
     return deltalake_sql_rows(uri) if reader == "deltalake SQL" else deltalake_arrow_rows(uri)
 
 
@@ -244,7 +252,7 @@ def test_delta_spark_reads_our_tables(shape, tables, oracle, tmp_path):
     theirs = delta_spark_table(oracle, f"SELECT * FROM delta.`{uri}`", tmp_path)
     assert theirs is not None, f"Delta Spark cannot read our table ({shape})"
     assert theirs.column_names == ours.column_names
-    assert rows_of(theirs) == rows_of(ours), _only(rows_of(theirs), rows_of(ours))
+    _agree("Delta Spark", shape, theirs, ours, f"our table ({shape})")
 
 
 MISREAD_SHAPES = sorted({shape for _, shape in MISREADS})
@@ -263,15 +271,38 @@ def test_misreads_of_our_tables_are_the_readers_own(shape, tables, duck, oracle,
     spark_rows = delta_spark_table(oracle, f"SELECT * FROM delta.`{twin}`", tmp_path)
     assert spark_rows is not None
     ours = DeltaTable(ours_uri).scan().to_table()
+    assert spark_rows.column_names == ours.column_names, "the twin's columns are in another order"
     assert rows_of(spark_rows) == rows_of(ours), "Delta Spark's twin does not hold our rows"
     config = DeltaTable(twin).snapshot().metadata.configuration
     assert all(config.get(k) == v for k, v in TWIN_PROPERTIES[shape].items()), config
-    for (reader, misread_shape), misread in MISREADS.items():
-        if misread_shape != shape:
+    for reader in (*READERS, "Delta Spark"):
+        misread = MISREADS.get((reader, shape))
+        if reader == "Delta Spark" or (reader, shape) in REFUSALS:  # the twin's reference; a refusal
             continue
         theirs = _read(reader, duck, twin)
-        if misread.twin:
+        if misread is not None and misread.twin:
             _agree(reader, shape, theirs, spark_rows, f"Delta Spark's twin ({shape})")
         else:
             got, right = rows_of(theirs.select(spark_rows.column_names)), rows_of(spark_rows)
-            assert got == right, f"{reader} misreads Delta Spark's twin too ({shape}): {_only(got, right)}"
+            assert got == right, f"{reader} misreads Delta Spark's twin ({shape}): {_only(got, right)}"
+
+
+def test_the_compatibility_table_says_what_these_tests_assert():
+    """docs/compatibility.md's table of other engines: a cell per shape and engine, ✓, ✗ n or refuses."""
+    text = (Path(__file__).parents[2] / "docs" / "compatibility.md").read_text()
+    section = text.split("## Other engines reading our tables\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    header = [c.strip().replace("`", "") for c in lines[0].strip("|").split("|")]
+    assert header[1:] == [*READERS, "Delta Spark"], header
+    documented = {}
+    for line in lines[2:]:  # after the header and its rule
+        shape, *cells = (c.strip() for c in line.strip("|").split("|"))
+        documented[shape] = dict(zip(header[1:], cells, strict=True))
+    assert list(documented) == list(SHAPES)
+    for shape, cells in documented.items():
+        for reader, cell in cells.items():
+            if (reader, shape) in MISREADS:
+                assert cell.startswith("✗ "), (shape, reader, cell)
+            else:
+                expected = "refuses" if (reader, shape) in REFUSALS else "✓"
+                assert cell == expected, (shape, reader, cell)
