@@ -78,6 +78,15 @@ def data_columns_null(table: pa.Table, partition_by: list[str]) -> pa.Table:
     return _nulls(table, [c for c in table.column_names if c not in partition_by])
 
 
+def last_partition_read_into_first(table: pa.Table, partition_by: list[str]) -> pa.Table:
+    """The first partition column holds the last one's values, the last NULL (two partition columns,
+    first and last in the schema)."""
+    first, last = partition_by[0], partition_by[-1]
+    i = table.column_names.index(first)
+    table = table.set_column(i, first, table[last].cast(table.schema.field(i).type))
+    return _nulls(table, [last])
+
+
 def null_strings_empty(table: pa.Table, partition_by: list[str]) -> pa.Table:
     """Null string partition values read as "": right only where every null stood for a "" in the log."""
     for name in partition_by:

@@ -27,6 +27,7 @@ from duckdb_reader import (
     deltalake_sql_rows,
     duckdb_rows,
     kernel_rows,
+    last_partition_read_into_first,
     null_strings_empty,
     partition_columns_null,
 )
@@ -52,7 +53,7 @@ def _rows(parts: list[str | None], start: int = 0) -> pa.Table:
             "ts": pa.array(
                 [dt.datetime(2024, 2, 29, 23, 59, 59, k, tzinfo=dt.UTC) for k in keys],
                 pa.timestamp("us", "UTC"),
-            ),  # fmt: skip
+            ),
             "amt": pa.array([Decimal(k) / 4 for k in keys], pa.decimal128(10, 2)),
             "p": parts,
         }
@@ -98,6 +99,12 @@ def _column_mapping(configuration: dict[str, str], partition_first: bool) -> Cal
     return build
 
 
+def _two_partition_columns(uri: str) -> None:
+    rows = _rows(ODD[:4] * 2)
+    rows = rows.add_column(0, "q", pa.array(["x y", "a/b"] * 4, pa.string()))
+    write(uri, rows, partition_by=["q", "p"], configuration=CM_NAME)
+
+
 def _v2_checkpoint(uri: str) -> None:
     config = {"delta.checkpointPolicy": "v2", "delta.feature.v2Checkpoint": "supported"}
     write(uri, _rows(ODD[:4]), partition_by=["p"], configuration=config)
@@ -140,6 +147,7 @@ SHAPES: dict[str, tuple[Callable[[str], None], list[str]]] = {
     "column mapping id, partition column last": (_column_mapping(CM_ID, False), ["p"]),
     "column mapping name": (_column_mapping(CM_NAME, True), ["p"]),
     "column mapping name, partition column last": (_column_mapping(CM_NAME, False), ["p"]),
+    "column mapping name, partition columns first and last": (_two_partition_columns, ["q", "p"]),
     "V2 checkpoint": (_v2_checkpoint, ["p"]),
     "in-commit timestamps, row tracking": (_ict_row_tracking, ["p"]),
     "change data feed": (_change_data_feed, ["p"]),
@@ -150,6 +158,7 @@ TWIN_PROPERTIES = {
     "column mapping id, partition column last": CM_ID,
     "column mapping name": CM_NAME,
     "column mapping name, partition column last": CM_NAME,
+    "column mapping name, partition columns first and last": CM_NAME,
     "partitioned, odd values": {},
 }
 
@@ -158,10 +167,15 @@ _DATA_NULL = Misread("every data column read as NULL", data_columns_null)
 MISREADS: dict[tuple[str, str], Misread] = {
     ("DuckDB", "column mapping id, partition column last"): _PARTITIONS_NULL,
     ("DuckDB", "column mapping name, partition column last"): _PARTITIONS_NULL,
+    ("DuckDB", "column mapping name, partition columns first and last"): Misread(
+        "the first partition column read with the last one's values, the last as NULL",
+        last_partition_read_into_first,
+    ),
     ("deltalake to_pyarrow_table", "column mapping id"): _DATA_NULL,
     ("deltalake to_pyarrow_table", "column mapping id, partition column last"): _DATA_NULL,
     ("deltalake to_pyarrow_table", "column mapping name"): _DATA_NULL,
     ("deltalake to_pyarrow_table", "column mapping name, partition column last"): _DATA_NULL,
+    ("deltalake to_pyarrow_table", "column mapping name, partition columns first and last"): _DATA_NULL,
 }
 # Our writer records an empty string as "" (Delta Spark records NULL for it); the spec ("Partition Value
 # Serialization") reads "" as NULL for every type, as our scan, DuckDB and delta-kernel-rs do.
