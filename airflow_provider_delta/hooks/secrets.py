@@ -14,12 +14,13 @@ errors, so that a user can tell which endpoint failed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from airflow_provider_delta.log.redaction import is_secret_option, secret_forms
+from airflow_provider_delta.log.redaction import is_secret_option, redact, secret_forms
 
 
 def is_secret_name(name: str) -> bool:
@@ -91,3 +92,73 @@ def register_connection(conn: Any) -> list[str]:
     register(secrets)
     return secrets
 
+
+
+class StorageError(Exception):
+    """A storage client's error whose own message could not be cleared of the connection's secrets: the
+    message here is its text with every form of them replaced (the original is not chained)."""
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def scrubbed(exc: BaseException, secrets: list[str]) -> BaseException:
+    """``exc`` with every form of ``secrets`` gone from its message and its causes' (their ``args``
+    replaced in place, so the type, and what callers catch, stay), or a :class:`StorageError` with the
+    redacted text when a message is not made from its ``args``.
+
+    An exception a task raises reaches more than the masked log: ``on_failure_callback``'s
+    ``context["exception"]`` (a chat alert, an e-mail), a retry's notes. gcsfs's reads a token
+    percent-encoded, which Airflow's masker would only catch in the log."""
+    if not secrets:
+        return exc
+    leaking = False
+    for error in _chain(exc):
+        text = str(error)
+        clean = redact(text, secrets)
+        if clean == text:
+            continue
+        with contextlib.suppress(Exception):
+            error.args = (clean,)
+        if redact(str(error), secrets) != str(error):
+            leaking = True
+    if leaking:
+        replacement = StorageError(redact(f"{type(exc).__name__}: {exc}", secrets))
+        replacement.__suppress_context__ = True
+        return replacement
+    return exc
+
+
+def redact_errors(method: Any) -> Any:
+    """Decorate an operator's or a sensor's ``execute``/``poke``: an exception leaving it carries no form
+    of the secrets of the task's connection (``self.delta_conn_id``), see :func:`scrubbed`."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            secrets = _task_secrets(getattr(self, "delta_conn_id", None))
+            clean = scrubbed(exc, secrets)
+            if clean is exc:
+                raise
+            raise clean from None
+
+    return wrapper
+
+
+def _task_secrets(conn_id: str | None) -> list[str]:
+    if not conn_id:
+        return []
+    try:
+        from airflow.sdk import BaseHook
+
+        return connection_secrets(BaseHook.get_connection(conn_id))
+    except Exception:  # no such connection: that error is the one to see
+        return []

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec.asyn import sync
 
-from .errors import UnsafeStorageError
+from .errors import TableNotFoundError, UnsafeStorageError
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +106,17 @@ class LogStore:
         long log is not listed whole; other backends (Azure included) list the directory and filter.
         """
         start_key = f"{start_version:020d}"
-        if self.protocol in ("s3", "s3a") and hasattr(self.fs, "call_s3"):
-            files = self._list_s3(start_key)
-        elif self.protocol in _GCS and hasattr(self.fs, "call"):
-            files = self._list_gcs(start_key)
-        else:
-            files = self._list_generic()
+        try:
+            if self.protocol in ("s3", "s3a") and hasattr(self.fs, "call_s3"):
+                files = self._list_s3(start_key)
+            elif self.protocol in _GCS and hasattr(self.fs, "call"):
+                files = self._list_gcs(start_key)
+            else:
+                files = self._list_generic()
+        except FileNotFoundError as exc:
+            # A listing under a prefix finds nothing; only a missing bucket is "not found" (s3fs, gcsfs). Not
+            # a file deleted under a reader (which the snapshot lists again for), but no table at all.
+            raise TableNotFoundError(f"no Delta table at {self.uri}: {exc}") from exc
         out = [f for f in files if f.name >= start_key]
         out.sort(key=lambda f: f.name)
         return out

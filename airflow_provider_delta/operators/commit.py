@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 from airflow.sdk import Asset, BaseOperator
 
+from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import AddFile, add_file_from_parquet
 from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, record_commit
 
@@ -140,6 +141,7 @@ class DeltaCommitOperator(BaseOperator):
             raise ValueError(f"cannot remove {missing[:5]}: not live files of {self.table_uri}")
         return live
 
+    @redact_errors
     def execute(self, context: Context) -> int:
         table = self._table()
         app_id = self.app_id or default_app_id(context)

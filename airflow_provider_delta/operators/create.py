@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from airflow.sdk import BaseOperator
 
+from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import DeltaTable, InvalidCommitError, TableNotFoundError
 from airflow_provider_delta.log.schema import arrow_schema_to_delta
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
@@ -144,6 +145,7 @@ class DeltaCreateTableOperator(BaseOperator):
 
         return DeltaHook(self.delta_conn_id).get_table(self.table_uri)
 
+    @redact_errors
     def execute(self, context: Context) -> int:
         table = self._table()
         schema = delta_schema(self.schema)

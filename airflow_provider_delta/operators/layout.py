@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from airflow.sdk import BaseHook
 
 from airflow_provider_delta.extras import require
+from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log.optimize import describe
 from airflow_provider_delta.operators.maintenance import _int_or_none, _TableOperator
 from airflow_provider_delta.operators.spark import spark_settings
@@ -80,6 +81,7 @@ class DeltaRestoreOperator(_TableOperator):
         self.enforce_retention_duration = enforce_retention_duration
         self.ignore_missing_files = ignore_missing_files
 
+    @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
         version = _int_or_none(self.version)
         timestamp = None if self.timestamp in (None, "", "None") else self.timestamp
@@ -187,6 +189,7 @@ class DeltaOptimizeOperator(_TableOperator):
         self.spark_conf = dict(spark_conf or {})
         self.progress_interval = progress_interval
 
+    @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
         table = self._table()
         engine = self._engine(table)

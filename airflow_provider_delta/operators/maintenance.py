@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class DeltaCheckpointOperator(_TableOperator):
         self.version = version
         self.parts = parts
 
+    @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
         table = self._table()
         pointer = table.checkpoint(_int_or_none(self.version), _int_or_none(self.parts))
@@ -146,6 +148,7 @@ class DeltaVacuumOperator(_TableOperator):
         self.dry_run = dry_run
         self.enforce_retention_duration = enforce_retention_duration
 
+    @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
         hours = None if self.retention_hours in (None, "", "None") else float(self.retention_hours)
         table = self._table()
@@ -186,6 +189,7 @@ class DeltaLogCleanupOperator(_TableOperator):
     :param delta_conn_id: connection for the table's storage (``None``: no credentials).
     """
 
+    @redact_errors
     def execute(self, context: Context) -> list[str]:
         table = self._table()
         deleted = table.cleanup_expired_logs()

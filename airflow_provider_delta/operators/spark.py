@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseHook, BaseOperator
 
 from airflow_provider_delta.extras import require
+from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.operators.commit import MODES, default_app_id, table_asset
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
@@ -200,6 +201,7 @@ class DeltaSparkWriteOperator(_DeltaSparkOperator):
         self.replace_where = replace_where
         self.merge_schema = merge_schema
 
+    @redact_errors
     def execute(self, context: Context) -> int:
         from airflow_provider_delta.spark.write import write
 
@@ -330,6 +332,7 @@ class DeltaSparkMergeOperator(_DeltaSparkOperator):
         self.clauses = [dict(c) for c in clauses] if not isinstance(clauses, str) else clauses
         self.merge_schema = merge_schema
 
+    @redact_errors
     def execute(self, context: Context) -> int | None:
         from airflow_provider_delta.spark.merge import merge
 

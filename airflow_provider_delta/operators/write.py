@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_provider_delta.hooks.delta import DeltaHook, rows_of
+from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.operators.commit import MODES, default_app_id, table_asset
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
@@ -87,6 +88,7 @@ class DeltaWriteOperator(BaseOperator):
         self.target_file_size = target_file_size
         self.delta_conn_id = delta_conn_id
 
+    @redact_errors
     def execute(self, context: Context) -> int:
         table = DeltaHook(self.delta_conn_id).get_table(self.table_uri)
         app_id = self.app_id or default_app_id(context)

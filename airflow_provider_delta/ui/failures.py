@@ -17,9 +17,11 @@ _AUTH_WORDS = (
     "SignatureDoesNotMatch", "Unauthorized", "NoCredentials", "PartialCredentials", "RefreshError",
     "ClientAuthenticationError", "CredentialUnavailable", "InvalidToken", "ExpiredToken",
 )  # fmt: skip
-# Modules whose errors are the sign-in itself failing, even when the cause is the network (gcsfs checks a
-# token, or gets one, from Google's OAuth endpoints before any storage request).
-_AUTH_MODULES = ("google.auth", "google.oauth2", "azure.identity", "botocore.credentials")
+# Modules whose errors, or whose frames in a traceback, are the sign-in itself failing, even when the cause
+# is the network: gcsfs checks a token, or gets one, from Google's OAuth endpoints before any storage
+# request; azure.identity asks Microsoft Entra ID; botocore resolves credentials.
+_SIGN_IN_MODULES = ("google.auth", "google.oauth2", "gcsfs.credentials", "azure.identity",
+                    "botocore.credentials", "aiobotocore.credentials")  # fmt: skip
 _UNREACHABLE = (
     "ConnectionError", "EndpointConnectionError", "ClientConnectorError", "ServerDisconnectedError",
     "NameResolutionError", "ServiceRequestError", "ConnectTimeout", "gaierror", "ConnectionRefusedError",
@@ -46,13 +48,22 @@ def _names(exc: BaseException) -> list[str]:
     return [cls.__name__ for cls in type(exc).__mro__]
 
 
-def _is_auth(exc: BaseException) -> bool:
+def _is_denied(exc: BaseException) -> bool:
     if isinstance(exc, PermissionError) or _status(exc) in (401, 403):
         return True
-    module = type(exc).__module__ or ""
-    if module.startswith(_AUTH_MODULES):
-        return True
     return any(word in name for name in _names(exc) for word in _AUTH_WORDS)
+
+
+def _in_sign_in(exc: BaseException) -> bool:
+    """Whether the error came from, or passed through, a credentials library."""
+    if (type(exc).__module__ or "").startswith(_SIGN_IN_MODULES):
+        return True
+    frame = exc.__traceback__
+    while frame is not None:
+        if str(frame.tb_frame.f_globals.get("__name__", "")).startswith(_SIGN_IN_MODULES):
+            return True
+        frame = frame.tb_next
+    return False
 
 
 def _is_unreachable(exc: BaseException) -> bool:
@@ -63,11 +74,20 @@ def storage_failure(exc: BaseException, uri: str, where: str) -> tuple[int, str,
     """``(status, heading, message, hint)`` for a page about ``exc`` raised while reading ``uri`` with
     ``where`` (the connection); nothing of the exception's text is used."""
     chain = list(_chain(exc))
-    if any(_is_auth(e) for e in chain):
+    if any(_in_sign_in(e) for e in chain):
+        return (
+            403,
+            "Authentication failed",
+            f"could not read the table: authentication failed at {uri} with {where}",
+            "Signing in with the connection's credentials failed before any storage request: check them, "
+            "and that the API server reaches the provider's sign-in endpoint; the API server's log has "
+            "the credentials library's message.",
+        )
+    if any(_is_denied(e) for e in chain):
         return (
             403,
             "Access denied",
-            f"could not read the table: authentication failed at {uri} with {where}",
+            f"could not read the table: access denied at {uri} with {where}",
             "Check the connection's credentials and the storage's permissions for this table; the API "
             "server's log has the storage client's message.",
         )

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from task_logs import metadata_db_text, task_sdk_logging
 
 from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.hooks.storage_options import StorageOptionError
@@ -123,36 +121,6 @@ def test_no_connection_means_no_credentials(tmp_path: Path, monkeypatch):
     assert hook.get_table(str(tmp_path / "t")).snapshot().version == 0
 
 
-@contextmanager
-def task_sdk_logging(log_file: Path) -> Iterator[None]:
-    """Log as a task's supervisor does, to ``log_file``, for the duration of the block.
-
-    dag.test() runs tasks in this process, so their logs take this process's logging set-up, which pytest
-    and Airflow's core configured without the secrets masker. A worker's supervisor writes task logs with
-    the Task SDK's set-up (``airflow.sdk.log.configure_logging``, which adds Airflow's masking processor);
-    this uses that, writing to a file under AIRFLOW_HOME/logs, and restores the previous set-up after.
-    """
-    import structlog
-    from airflow.sdk.log import configure_logging, reset_logging
-
-    saved = structlog.get_config()
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("wb") as out:
-        configure_logging.cache_clear()
-        # JSON lines, as the task log files a supervisor writes (tracebacks as data, masked like the rest).
-        configure_logging(json_output=True, output=out, cache_logger_on_first_use=False)
-        try:
-            yield
-        finally:
-            configure_logging.cache_clear()
-            reset_logging()
-            structlog.configure(**saved)
-            root.handlers[:] = handlers
-            root.setLevel(level)
-
-
 @pytest.mark.s3
 def test_secrets_never_reach_task_logs(s3_server, s3_bucket, dag_file, monkeypatch, capfd, caplog):
     """A DAG that commits and senses on S3 with a delta connection whose password and session token are
@@ -228,8 +196,6 @@ def test_secrets_never_reach_task_logs(s3_server, s3_bucket, dag_file, monkeypat
     assert "careless log:" in everything and "careless error:" in everything
     assert "'secret': '***'" in everything and "'token': '***'" in everything
     # Nor in the metadata DB (XComs, rendered fields, trigger kwargs, asset events).
-    from airflow import settings
-
-    texts["metadata DB"] = Path(settings.engine.url.database).read_bytes().decode("latin-1")
+    texts["metadata DB"] = metadata_db_text()
     leaked = [where for where, text in texts.items() if PASSWORD in text or SESSION_TOKEN in text]
     assert leaked == []
