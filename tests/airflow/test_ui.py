@@ -270,3 +270,14 @@ def test_logging_in_from_a_deep_link_lands_on_the_page_asked_for(deployment, bro
         assert page.locator("#versions tr.selected").get_attribute("data-version") == "2"
     finally:
         context.close()
+
+
+def test_the_ui_shows_the_view_under_plugin_delta(deployment, browser):
+    """Where docs/ui.md says a person finds it: Browse › Delta tables opens /plugin/delta, Airflow's frame
+    around the page the API server serves at /delta/."""
+    page = browser.new_page()
+    page.goto(f"{deployment.base}/plugin/delta")
+    frame = page.frame_locator("iframe")
+    assert deployment.events.replace("file://", "") in frame.locator("#tables").inner_text(timeout=60_000)
+    inner = [f.url for f in page.frames if f is not page.main_frame]
+    assert inner == [f"{deployment.base}/delta/"], inner
