@@ -154,17 +154,20 @@ def serialize_partition_value(value: Any, delta_type: str) -> str | None:
 
     Timestamps are written as `YYYY-MM-DD HH:MM:SS.ffffff` in UTC (naive datetimes are taken to be UTC for
     `timestamp`; `timestamp_ntz` refuses zoned ones), decimals in plain notation, NaN/infinities as Spark
-    spells them. None stays None (JSON null), which is how Delta Spark records a null partition.
+    spells them. None stays None (JSON null), which is how Delta Spark records a null partition. So does an
+    empty string or binary value: the spec reads ``""`` as null for every type, and Delta Spark records
+    null for it, so a ``""`` in the log would be read as ``""`` by Delta Spark and as NULL by every reader
+    that follows the spec.
     """
     value = value.as_py() if isinstance(value, pa.Scalar) else value
     kind = _partition_kind(delta_type)
     if value is None:
         return None
     if kind == "string":
-        return str(value)
+        return str(value) or None
     if kind == "binary":
         try:
-            return bytes(value).decode("utf-8")
+            return bytes(value).decode("utf-8") or None
         except UnicodeDecodeError as exc:
             raise ValueError("binary partition values must be valid UTF-8 to survive the JSON log") from exc
     if kind == "boolean":

@@ -210,15 +210,19 @@ class _Files:
         if self.identity is not None:
             rows = self.identity.fill(rows)
         check_rows(rows, self.plan.rules)
-        jobs = []
+        jobs: dict[tuple, tuple[dict[str, str | None], list[pa.Table]]] = {}
         for values, part in self._groups(rows):
             if part.num_rows:
                 arrays = [to_physical(part.column(c), self.physical.field(i).type)
                           for i, c in enumerate(self.data_columns)]  # fmt: skip
-                jobs.append((values, pa.Table.from_arrays(arrays, schema=self.physical)))
+                # Values that record the same partition ("" and null both record null) share one job: two
+                # jobs of one partition at once would each open its file, and one file would be lost.
+                job = jobs.setdefault(tuple(values.items()), (values, []))
+                job[1].append(pa.Table.from_arrays(arrays, schema=self.physical))
         # Each partition's rows go to a file of their own: encoding them runs in parallel (pyarrow's Parquet
         # writer releases the GIL). All jobs end before an error is raised, so none writes after a delete.
-        futures = [self.pool.submit(self._append, values, table) for values, table in jobs]
+        futures = [self.pool.submit(self._append, values, pa.concat_tables(tables) if len(tables) > 1
+                                    else tables[0]) for values, tables in jobs.values()]  # fmt: skip
         wait(futures)
         for future in futures:
             future.result()

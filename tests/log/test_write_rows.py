@@ -69,6 +69,18 @@ def test_exactly_once_per_app_transaction(tmp_path):
     assert read_table(uri).num_rows == 4
 
 
+def test_an_empty_string_partition_value_is_recorded_as_null(tmp_path):
+    # "Partition Value Serialization": "" is null for every type. Delta Spark records null for it; a ""
+    # in the log would be read as "" by Delta Spark and as NULL by readers that follow the spec.
+    uri = str(tmp_path / "t")
+    write(uri, pa.table({"id": [1, 2, 3], "part": ["", None, "x"]}), partition_by=["part"])
+    log = (tmp_path / "t" / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    recorded = sorted((json.loads(line)["add"]["partitionValues"]["part"] or "<null>")
+                      for line in log if '"add"' in line)  # fmt: skip
+    assert recorded == ["<null>", "x"]  # "" and None share the null partition
+    assert sorted(read_table(uri).column("part").to_pylist(), key=str) == [None, None, "x"]
+
+
 def test_target_file_size_rolls_files_and_stats_follow_the_table(tmp_path):
     uri = str(tmp_path / "t")
     rng = random.Random(SEED)

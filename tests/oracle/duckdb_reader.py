@@ -16,7 +16,6 @@ from pathlib import Path
 import deltalake
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
 
@@ -85,14 +84,6 @@ def last_partition_read_into_first(table: pa.Table, partition_by: list[str]) -> 
     i = table.column_names.index(first)
     table = table.set_column(i, first, table[last].cast(table.schema.field(i).type))
     return _nulls(table, [last])
-
-
-def null_strings_empty(table: pa.Table, partition_by: list[str]) -> pa.Table:
-    """Null string partition values read as "": right only where every null stood for a "" in the log."""
-    for name in partition_by:
-        i = table.column_names.index(name)
-        table = table.set_column(i, name, pc.fill_null(table[name], ""))
-    return table
 
 
 @dataclass(frozen=True)

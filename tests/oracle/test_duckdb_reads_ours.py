@@ -31,7 +31,6 @@ from duckdb_reader import (
     duckdb_rows,
     kernel_rows,
     last_partition_read_into_first,
-    null_strings_empty,
     partition_columns_null,
 )
 from oracle_arrow import delta_spark_table, rows_of
@@ -180,16 +179,6 @@ MISREADS: dict[tuple[str, str], Misread] = {
     ("deltalake to_pyarrow_table", "column mapping name, partition column last"): _DATA_NULL,
     ("deltalake to_pyarrow_table", "column mapping name, partition columns first and last"): _DATA_NULL,
 }
-# Our writer records an empty string as "" (Delta Spark records NULL for it); the spec ("Partition Value
-# Serialization") reads "" as NULL for every type, as our scan, DuckDB and delta-kernel-rs do.
-_EMPTY_KEPT = Misread(
-    'an empty-string partition value read as "", not NULL',
-    null_strings_empty,  # the shape's only null partition values are its "" ones
-    twin=False,
-    why='Delta Spark writes NULL for "", so its twin has no "" to read',
-)
-MISREADS[("deltalake SQL", "partitioned, odd values")] = _EMPTY_KEPT
-MISREADS[("Delta Spark", "partitioned, odd values")] = _EMPTY_KEPT
 # Tables a reader refuses with DeltaProtocolError, naming the reader feature it does not support.
 REFUSALS: dict[tuple[str, str], str] = {
     ("deltalake to_pyarrow_table", "deletion vectors"): "deletionVectors",
