@@ -3,6 +3,10 @@
 The sensor only decides and defers; the check is the core's ``tail.observe``, the same function the
 trigger polls with. After the first check, an idle poke costs one storage request (an existence check
 for the next commit file) however long the table's log is.
+
+A table that does not exist yet is waited for, as Airflow's key sensors wait for a key: its version is
+"none" (-1), so ``min_version`` and ``app_id`` are not met yet, and a default baseline of -1 makes the
+table's first commit (version 0) the change waited for. A log that cannot be read still fails the task.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_provider_delta.log.tail import VersionCondition, observe
+from airflow_provider_delta.hooks.secrets import redact_errors
+from airflow_provider_delta.log.tail import NO_TABLE, VersionCondition, current_version, observe
 from airflow_provider_delta.triggers.delta import DeltaVersionTrigger
 
 if TYPE_CHECKING:
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
 
 # Task state store key (not XCom: Airflow clears a task's XComs at the start of every try and every
 # reschedule, so a baseline kept there would move and the sensor would miss the change it waits for).
+# -1 when the table did not exist at the first look: a retry then still waits for its version 0.
 BASELINE_KEY = "delta_baseline_version"
 # XCom key of the version range the sensor saw: {"table_uri", "from_version", "to_version"}; from_version is
 # the first version after the baseline (None when waiting for a version or an app transaction).
@@ -41,6 +47,12 @@ class DeltaVersionSensor(BaseSensorOperator):
     waits for a new change). Returns (and pushes to XCom) the version observed, and pushes the range it
     saw under ``change_range`` (``{"table_uri", "from_version", "to_version"}``) for a downstream task to
     read with ``DeltaHook.consume_changes``.
+
+    A table that does not exist yet (no ``_delta_log`` with a commit or checkpoint: nothing there, or data
+    files that no commit has added yet) is waited for, in poke and deferrable mode: ``min_version`` and
+    ``app_id`` are not met until it is created and gets there; with the default baseline, the baseline is
+    -1 and the table's first commit is the change waited for (``change_range`` from version 0). An error
+    reading the log (permissions, a corrupt or cleaned-up log) fails the task as before.
 
     :param table_uri: the table root, e.g. ``s3://bucket/path`` or ``/data/table``. Templated.
     :param delta_conn_id: connection for the table's storage (``None``: no credentials).
@@ -105,9 +117,12 @@ class DeltaVersionSensor(BaseSensorOperator):
         stored = store.get(BASELINE_KEY)
         if stored is not None:
             return int(stored)
-        version = self._table().snapshot().version
+        version = current_version(self._table())
         store.set(BASELINE_KEY, version)
-        self.log.info("Waiting for %s to move past version %d", self.table_uri, version)
+        if version == NO_TABLE:
+            self.log.info("No Delta table at %s yet: its first commit is the change awaited", self.table_uri)
+        else:
+            self.log.info("Waiting for %s to move past version %d", self.table_uri, version)
         return version
 
     def _done(self, context: Context, version: int) -> int:
@@ -126,11 +141,15 @@ class DeltaVersionSensor(BaseSensorOperator):
             context["task_state_store"].delete(BASELINE_KEY)
         return version
 
+    @redact_errors
     def poke(self, context: Context) -> PokeReturnValue:
         seen = observe(self._table(), self._condition(context), self._cursor)
+        if seen.cursor == NO_TABLE and self._cursor is None:
+            self.log.info("No Delta table at %s yet: waiting for it to be created", self.table_uri)
         self._cursor = seen.cursor  # later pokes look only past it: one request while idle
         return PokeReturnValue(is_done=seen.satisfied, xcom_value=seen.version)
 
+    @redact_errors
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return self._done(context, super().execute(context))
@@ -154,6 +173,7 @@ class DeltaVersionSensor(BaseSensorOperator):
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )
 
+    @redact_errors
     def execute_complete(self, context: Context, event: dict[str, Any]) -> int:
         if event.get("status") != "success":
             raise RuntimeError(f"DeltaVersionSensor on {self.table_uri}: {event.get('message')}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from airflow_provider_delta.log.tail import VersionCondition, observe
+from airflow_provider_delta.log.tail import VersionCondition, current_version, observe
 
 CURSOR_KEY = "delta_version"
 
@@ -40,7 +40,8 @@ class DeltaVersionTrigger(BaseTrigger):
     :param table_uri: the table root.
     :param delta_conn_id: connection for the table's storage (``None``: no credentials).
     :param poke_interval: seconds between checks; an idle check costs one storage request.
-    :param cursor: the newest version already examined (from the sensor's first poke).
+    :param cursor: the newest version already examined (from the sensor's first poke; -1: the table
+        did not exist yet, and the trigger waits for it to be created).
     """
 
     def __init__(
@@ -101,6 +102,8 @@ class DeltaTableWatcherTrigger(BaseEventTrigger):
     feeds, written before the event is emitted, so that a restarted triggerer resumes after it. With
     several assets on one trigger, one event per version is emitted and the assets share the cursor: the
     newest cursor any of them holds wins, so an asset added later does not replay the table's history.
+    On a location with no table yet the watcher waits (cursor -1), then announces the table's first data
+    version as any other; a log that cannot be read fails the trigger.
 
     :param table_uri: the table root.
     :param delta_conn_id: connection for the table's storage.
@@ -152,8 +155,9 @@ class DeltaTableWatcherTrigger(BaseEventTrigger):
         table = await asyncio.to_thread(_table, self.table_uri, self.delta_conn_id)
         cursor = await self._load_cursor()
         if cursor is None:
-            # First start: announce what comes after the current version, not the table's history.
-            cursor = (await asyncio.to_thread(table.snapshot)).version
+            # First start: announce what comes after the current version, not the table's history. A table
+            # not created yet has no version (-1): its first data version is announced once it appears.
+            cursor = await asyncio.to_thread(current_version, table)
             await self._save_cursor(cursor)
         condition = VersionCondition(newer_than=cursor, data_changes_only=self.data_changes_only)
         while True:

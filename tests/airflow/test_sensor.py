@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import AddFile, DeltaTable
-from airflow_provider_delta.log.tail import Observation
+from airflow_provider_delta.log.tail import NO_TABLE, Observation
 from airflow_provider_delta.sensors import delta as sensors
 from airflow_provider_delta.sensors.delta import DeltaVersionSensor
 from airflow_provider_delta.triggers import delta as triggers
@@ -271,6 +271,23 @@ def test_default_baseline_survives_a_retry(tmp_path: Path, dag_file, monkeypatch
     assert task_state(run) == {}  # forgotten on success: a cleared sensor waits for a new change
 
 
+def xcom(run: Any, key: str, task_id: str = "wait") -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == run.dag_id,
+                XComModel.run_id == run.run_id,
+                XComModel.task_id == task_id,
+                XComModel.key == key,
+            )
+        ).one_or_none()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
 def task_state(run: Any) -> dict[str, str]:
     from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.utils.session import create_session
@@ -297,6 +314,103 @@ def test_default_baseline_survives_reschedules(tmp_path: Path, dag_file, checks:
         driver.join(WAIT)
     assert driver.problems == []
     assert task_result(run) == ("success", 1, 1)
+
+
+# -- a table that does not exist yet ------------------------------------------------------------------------
+
+
+def create(table: DeltaTable) -> int:
+    """Create the table at the handle's location (version 0: schema only, no data)."""
+    return DeltaTable.create(table.uri, pa.schema([("id", pa.int64())])).version()
+
+
+# name: (what the location holds before, sensor arguments, steps, version returned, change_range from_version)
+MISSING_CASES: dict[str, tuple[str, dict[str, Any], list[Step], int, int | None]] = {
+    "min_version": ("nothing", {"min_version": 1}, [(NO_TABLE, create), (0, append)], 1, None),
+    # Nothing before the table: its first commit is the change (from version 0).
+    "default_baseline": ("nothing", {}, [(NO_TABLE, create)], 0, 0),
+    # Data files a writer put there before committing make no table.
+    "default_baseline_files_no_log": ("files", {}, [(NO_TABLE, create)], 0, 0),
+    # The creation changes no data: the first append is the change, and the range still starts at 0.
+    "data_changes_only": ("nothing", {"data_changes_only": True}, [(NO_TABLE, create), (0, append)], 1, 0),
+    "app_version": (
+        "nothing",
+        {"app_id": "ingest", "app_version": 1},
+        [(NO_TABLE, create), (0, app("ingest", 1))],
+        1,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
+@pytest.mark.parametrize("case", list(MISSING_CASES))
+def test_sensor_waits_for_a_table_created_later(
+    tmp_path: Path, dag_file, checks: Checks, case: str, deferrable: bool
+):
+    """The table is created (by another thread) only after the sensor, or its trigger, found nothing there."""
+    before, args, steps, expected, first = MISSING_CASES[case]
+    root = tmp_path / "t"
+    if before == "files":
+        root.mkdir()
+        (root / "part-00000.parquet").write_bytes(b"PAR1")
+    table = DeltaTable(str(root))
+    dag = sensor_dag(dag_file, f"sensor_missing_{case}_{deferrable}", root, deferrable=deferrable, **args)
+    driver = Driver(checks, table, steps)
+    driver.start()
+    try:
+        run = dag.test()
+    finally:
+        checks.finish()
+        driver.join(WAIT)
+    assert driver.problems == []
+    assert task_result(run) == ("success", 1, expected)
+    change_range = {"table_uri": str(root), "from_version": first, "to_version": expected}
+    assert xcom(run, "change_range") == change_range
+    assert table.version() == expected
+    assert checks.seen[0].out == Observation(False, NO_TABLE)  # the first look found no table, and waited
+    assert "sensor" in {c.where for c in checks.seen if c.out.cursor == NO_TABLE}
+    if deferrable:  # the sensor deferred on a missing table, and the trigger saw the table come
+        assert any(c.where == "trigger" for c in checks.seen)
+    assert task_state(run) == {}
+
+
+def test_missing_table_baseline_survives_a_retry(tmp_path: Path, dag_file, monkeypatch: pytest.MonkeyPatch):
+    """The first try finds no table (baseline -1, kept in the task state store); the table is created and
+    the try fails. The retry must take version 0 as the change, not wait for a version after it."""
+    root = tmp_path / "t"
+    real = sensors.observe
+    calls: list[int] = []
+
+    def flaky_observe(t: Any, condition: Any, cursor: int | None) -> Observation:
+        out = real(t, condition, cursor)
+        calls.append(out.cursor)
+        if len(calls) == 1:
+            create(DeltaTable(str(root)))  # lands between the tries
+            raise ConnectionError("storage went away after the first look")
+        return out
+
+    monkeypatch.setattr(sensors, "observe", flaky_observe)
+    dag = sensor_dag(dag_file, "sensor_missing_retry", root, timeout=5, retries=1, retry_delay=0)
+    run = dag.test()
+    # The baseline -1 outlived the failed try: with 0 the retry would wait for version 1 until its timeout.
+    assert calls[0] == NO_TABLE
+    assert task_result(run) == ("success", 2, 0)
+    assert xcom(run, "change_range") == {"table_uri": str(root), "from_version": 0, "to_version": 0}
+    assert task_state(run) == {}
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
+def test_sensor_fails_at_once_on_a_log_it_cannot_read(tmp_path: Path, dag_file, deferrable: bool):
+    """Only a missing table is waited for: a corrupt log fails the task at once (waiting would take the
+    sensor's 60 s timeout)."""
+    log = tmp_path / "t" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / f"{0:020d}.json").write_bytes(b'{"commitInfo": {"operation": "WRITE"}\n')  # cut short
+    name = f"sensor_corrupt_{deferrable}"
+    dag = sensor_dag(dag_file, name, tmp_path / "t", deferrable=deferrable, retries=0)
+    run = dag.test()
+    assert task_result(run)[:2] == ("failed", 1)
 
 
 # -- cost per poke on S3 -----------------------------------------------------------------------------------

@@ -132,10 +132,14 @@ def test_version_trigger_stays_quiet_until_the_condition_holds(tmp_path: Path, c
 
 
 def test_version_trigger_reports_errors_as_an_event(tmp_path: Path):
-    trigger = DeltaVersionTrigger(str(tmp_path / "missing"), poke_interval=POKE, min_version=0)
+    # A missing table is waited for (test_sensor.py); a log that cannot be read is an error event.
+    log = tmp_path / "corrupt" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / f"{0:020d}.json").write_bytes(b'{"commitInfo": {"operation": "WRITE"}\n')  # cut short
+    trigger = DeltaVersionTrigger(str(tmp_path / "corrupt"), poke_interval=POKE, min_version=0)
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), WAIT))
     assert event.payload["status"] == "error"
-    assert "missing" in event.payload["message"] and "Error" in event.payload["message"]
+    assert "corrupt" in event.payload["message"] and "Error" in event.payload["message"]
 
 
 def test_version_trigger_serialize_round_trip(tmp_path: Path):
