@@ -157,6 +157,14 @@ def _named_v2(hint: LastCheckpoint) -> str | None:
     return posixpath.basename(path) if isinstance(path, str) else None
 
 
+def _earliest_readable(files: list[FileMeta]) -> int | None:
+    """The first version a reader can reconstruct from these files: 0 while commit 0 is there, else the
+    oldest checkpoint (log cleanup keeps the commits after it)."""
+    if any(commit_version(f.name) == 0 for f in files):
+        return 0
+    return min(group_checkpoints(files), default=None)
+
+
 def read_last_checkpoint(store: LogStore) -> LastCheckpoint | None:
     try:
         data = store.read_log_file(LAST_CHECKPOINT)
@@ -219,10 +227,13 @@ class SegmentBuilder:
             return None
         target = latest if version is None else version
         if target > latest:
-            earliest = min(list(commits) + list(checkpoints))
+            # The range a user can really read: this listing may start at the last checkpoint, so the
+            # earliest version needs the whole log (once, on this error path only).
+            everything = files if start == 0 else self.store.list_log(0)
             raise VersionNotFoundError(
-                f"version {target} does not exist in {self.store.uri}", earliest=earliest, latest=latest
-            )
+                f"version {target} does not exist in {self.store.uri}",
+                earliest=_earliest_readable(everything), latest=latest,
+            )  # fmt: skip
         cp = _newest_usable(checkpoints, target, exclude, hint)
         first_commit = cp.version + 1 if cp else 0
         if cp is None and start > 0:

@@ -601,3 +601,26 @@ def test_storage_option_value_never_printed(table: Path, tmp_path: Path, capsys)
     assert result.returncode == 1
     assert secret not in result.stdout + result.stderr
     assert_one_line_error(result.stderr, "no Delta table", "***")
+
+
+def test_a_missing_version_names_the_versions_that_can_be_read(tmp_path: Path, capsys):
+    """The range in "available versions are A..B" is exactly what a reader reconstructs, also when the
+    listing started at the last checkpoint (commit 0 still there) and after log cleanup (it is not)."""
+    from airflow_provider_delta.log import write
+    from airflow_provider_delta.log.errors import VersionNotFoundError
+
+    uri = str(tmp_path / "t")
+    for i in range(5):
+        write(uri, pa.table({"id": [i]}))
+        if i == 2:
+            DeltaTable(uri).checkpoint()
+    for expected in (0, 2):
+        if expected == 2:  # cleanup: the commits the checkpoint covers are gone
+            for v in (0, 1):
+                (tmp_path / "t" / "_delta_log" / f"{v:020d}.json").unlink()
+        assert main(["snapshot", uri, "--version", "99"]) == 1
+        assert f"available versions are {expected}..4" in capsys.readouterr().err
+        assert DeltaTable(uri).snapshot(version=expected).version == expected
+        if expected:
+            with pytest.raises(VersionNotFoundError):
+                DeltaTable(uri).snapshot(version=expected - 1)
