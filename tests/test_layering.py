@@ -147,7 +147,7 @@ CORE_FLOORS: dict[str, int] = {
     "errors": 0, "properties": 0, "action_values": 0, "arrow_utils": 0, "actions": 0, "schema": 0,
     "protocol": 0, "commit_info": 0, "deletion_vector_format": 0, "arguments": 0, "row_tracking": 0,
     "identity": 0, "clustering": 0, "variant": 0, "expressions": 0, "physical_columns": 0,
-    "schema_enforcement": 0, "schema_evolution": 0, "commit_file": 0,
+    "schema_enforcement": 0, "schema_evolution": 0, "commit_file": 0, "redaction": 0,
     # 1: storage and log files
     "storage": 1, "segment": 1, "last_checkpoint": 1, "commit_json": 1, "deletion_vectors": 1,
     # 2: state
