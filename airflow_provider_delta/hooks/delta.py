@@ -88,12 +88,11 @@ class DeltaHook(BaseHook):
         for name, option in _FIELDS.get(scheme, {}).items():
             if value := getattr(conn, name, None):
                 given.setdefault(option, value)
-        where = f"connection {self.delta_conn_id!r}"
-        options = fsspec_options(scheme, given, where)
+        if conn.host and scheme == "abfs" and "connection_string" not in given:
+            given.setdefault("account_url", conn.host)  # a blob endpoint, as Airflow's wasb connections
+        options = fsspec_options(scheme, given, f"connection {self.delta_conn_id!r}")
         if conn.host and scheme == "s3":
             options.setdefault("client_kwargs", {})["endpoint_url"] = conn.host
-        if conn.host and scheme == "abfs" and "connection_string" not in options:
-            options = fsspec_options(scheme, {**options, "account_url": conn.host}, where)
         register(sorted(set(connection_secrets(conn)) | set(option_secrets(options))))
         return options
 

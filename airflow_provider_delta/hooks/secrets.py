@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from airflow_provider_delta.log.redaction import is_secret_option, redact, secret_forms
+from airflow_provider_delta.log.redaction import is_secret_option, redact, secret_forms, secret_values
 
 
 def is_secret_name(name: str) -> bool:
@@ -34,34 +34,19 @@ def is_secret_name(name: str) -> bool:
     return bool(should_hide_value_for_key(name))
 
 
-def _values(value: Any, secret: bool) -> Iterator[str]:
-    """The secret strings in an extra's value: every string under a secret name, at any depth (a
-    service-account key given as a dict is a secret whole)."""
-    if isinstance(value, dict):
-        if secret:
-            yield json.dumps(value)
-        for name, inner in value.items():
-            yield from _values(inner, secret or is_secret_name(str(name)))
-    elif isinstance(value, list | tuple):
-        for inner in value:
-            yield from _values(inner, secret)
-    elif isinstance(value, str) and secret and value:
-        yield value
-
-
 def connection_secrets(conn: Any) -> list[str]:
     """The secrets of an Airflow connection: its password and every secret value of its extra."""
     found = [conn.password] if getattr(conn, "password", None) else []
     extra: Any = {}
     with contextlib.suppress(ValueError, TypeError):
         extra = json.loads(conn.extra or "{}")
-    found += _values(extra, False)
+    found += secret_values(extra, is_secret_name)
     return sorted(set(found))
 
 
 def option_secrets(options: dict[str, Any]) -> list[str]:
     """The secret values among fsspec storage options (``token``, ``secret``, ``account_key``, ...)."""
-    return sorted(set(_values(options, False)))
+    return sorted(set(secret_values(options, is_secret_name)))
 
 
 @lru_cache(maxsize=256)
@@ -69,11 +54,16 @@ def _forms(secret: str) -> tuple[str, ...]:
     return tuple(sorted(secret_forms(secret)))
 
 
+_REGISTERED: set[str] = set()
+
+
 def register(secrets: list[str]) -> None:
-    """Register every form of each secret with Airflow's masker (a form already known costs nothing)."""
-    forms = [form for secret in secrets for form in _forms(secret)]
+    """Register every form of each secret with Airflow's masker, once per process: in a task each
+    ``mask_secret`` is also a message to the supervisor, and the hook builds options on every call."""
+    forms = [form for secret in secrets for form in _forms(secret) if form not in _REGISTERED]
     if not forms:
         return
+    _REGISTERED.update(forms)
     from airflow.sdk.log import mask_secret
 
     for form in forms:
@@ -93,13 +83,13 @@ def register_connection(conn: Any) -> list[str]:
     return secrets
 
 
-
 class StorageError(Exception):
     """A storage client's error whose own message could not be cleared of the connection's secrets: the
     message here is its text with every form of them replaced (the original is not chained)."""
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and its causes (or contexts), each once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -119,7 +109,7 @@ def scrubbed(exc: BaseException, secrets: list[str]) -> BaseException:
     if not secrets:
         return exc
     leaking = False
-    for error in _chain(exc):
+    for error in exception_chain(exc):
         text = str(error)
         clean = redact(text, secrets)
         if clean == text:

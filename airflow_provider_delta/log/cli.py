@@ -24,7 +24,7 @@ from . import cli_layout
 from .cli_output import ProgressBar, columns, human_bytes, iso, pairs
 from .errors import DeltaError
 from .history import timestamp_ms
-from .redaction import is_secret_option, redact
+from .redaction import is_secret_option, redact, secret_values
 from .table import DeltaTable
 
 PROG = "deltalog"
@@ -184,18 +184,10 @@ def _secrets(argv: Sequence[str]) -> list[str]:
             found.add(value)
         elif value.lstrip().startswith("{"):
             try:
-                found.update(_nested_secrets(json.loads(value)))
+                found.update(secret_values(json.loads(value)))
             except ValueError:
                 continue
     return sorted(v for v in found if len(v) >= 3)
-
-
-def _nested_secrets(value: Any, secret: bool = False) -> list[str]:
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in _nested_secrets(v, secret or is_secret_option(str(k)))]
-    if isinstance(value, list):
-        return [s for v in value for s in _nested_secrets(v, secret)]
-    return [value] if secret and isinstance(value, str) else []
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:

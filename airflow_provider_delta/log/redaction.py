@@ -16,7 +16,8 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 # Storage-option names whose values are secrets (fsspec's and the keys of Airflow's AWS, Google and Azure
@@ -50,6 +51,23 @@ def is_secret_option(name: str) -> bool:
     """Whether a storage option (or a connection extra's key) of this name holds a secret."""
     lowered = name.strip().lower()
     return lowered in SECRET_OPTION_NAMES or any(word in lowered for word in _SECRET_WORDS)
+
+
+def secret_values(value: Any, is_secret: Callable[[str], bool] = is_secret_option,
+                  secret: bool = False) -> Iterator[str]:
+    """The secret strings in nested options (a connection's extra, ``client_kwargs={...}``): every string
+    under a key ``is_secret`` names, at any depth; a dict under such a key is also a secret whole (a
+    service-account key given as an object)."""
+    if isinstance(value, dict):
+        if secret:
+            yield json.dumps(value)
+        for name, inner in value.items():
+            yield from secret_values(inner, is_secret, secret or is_secret(str(name)))
+    elif isinstance(value, list | tuple):
+        for inner in value:
+            yield from secret_values(inner, is_secret, secret)
+    elif isinstance(value, str) and secret and value:
+        yield value
 
 
 def _escapes(text: str) -> set[str]:

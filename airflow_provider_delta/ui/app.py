@@ -27,6 +27,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from airflow_provider_delta.extras import MissingExtraError, require_for_uri
+from airflow_provider_delta.hooks.secrets import exception_chain
 from airflow_provider_delta.hooks.storage_options import StorageOptionError
 from airflow_provider_delta.log import CorruptLogError, DeltaError, DeltaTable, TableNotFoundError
 from airflow_provider_delta.log.redaction import redact
@@ -193,11 +194,7 @@ def _read(entry: catalog.KnownTable):
 
 def _detail(exc: BaseException) -> str:
     """The exception and its causes, one line: for the log only."""
-    parts = []
-    seen: BaseException | None = exc
-    while seen is not None and len(parts) < 5:
-        parts.append(f"{type(seen).__name__}: {seen}")
-        seen = seen.__cause__ or seen.__context__
+    parts = [f"{type(e).__name__}: {e}" for e in list(exception_chain(exc))[:5]]
     return " <- ".join(" ".join(p.split()) for p in parts)[:4000]
 
 

@@ -10,7 +10,7 @@ be shown. The message names the table and the connection, both safe; the detail 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from airflow_provider_delta.hooks.secrets import exception_chain
 
 _AUTH_WORDS = (
     "AccessDenied", "Forbidden", "AuthenticationFailed", "AuthorizationFailure", "InvalidAccessKeyId",
@@ -26,15 +26,6 @@ _UNREACHABLE = (
     "ConnectionError", "EndpointConnectionError", "ClientConnectorError", "ServerDisconnectedError",
     "NameResolutionError", "ServiceRequestError", "ConnectTimeout", "gaierror", "ConnectionRefusedError",
 )  # fmt: skip
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 10:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
 
 
 def _status(exc: BaseException) -> int | None:
@@ -73,7 +64,7 @@ def _is_unreachable(exc: BaseException) -> bool:
 def storage_failure(exc: BaseException, uri: str, where: str) -> tuple[int, str, str, str]:
     """``(status, heading, message, hint)`` for a page about ``exc`` raised while reading ``uri`` with
     ``where`` (the connection); nothing of the exception's text is used."""
-    chain = list(_chain(exc))
+    chain = list(exception_chain(exc))[:10]
     if any(_in_sign_in(e) for e in chain):
         return (
             403,
