@@ -110,7 +110,7 @@ def _build_dv(path: Path) -> None:
     import numpy as np
 
     from airflow_provider_delta.log import AddFile, DeltaTable, write
-    from airflow_provider_delta.log.deletion_vectors import write_deletion_vectors
+    from airflow_provider_delta.log.files.deletion_vectors import write_deletion_vectors
 
     for half in _halves():
         write(str(path), half, partition_by=["region"], configuration={"delta.enableDeletionVectors": "true"})
@@ -228,7 +228,7 @@ def prepare(impl: str, case: str, path: str, out: str) -> Callable[[], dict[str,
     if case == "write":
         data = make_rows()
         if impl == "ours":
-            import airflow_provider_delta.log.write_rows  # noqa: F401 - imported outside the timed region
+            import airflow_provider_delta.log.writes.write_rows  # noqa: F401 - imported outside the timed region
             from airflow_provider_delta.log import write
 
             return lambda: _facts(write(out, data, partition_by=["region"]) and data.num_rows)
@@ -253,7 +253,7 @@ def prepare(impl: str, case: str, path: str, out: str) -> Callable[[], dict[str,
         )
     region = "r042"
     if impl == "ours":
-        import airflow_provider_delta.log.scan  # noqa: F401 - the implementation's own modules, as deltalake's
+        import airflow_provider_delta.log.scans.scan  # noqa: F401 - the implementation's own modules, as deltalake's
         from airflow_provider_delta.log import DeltaTable
 
         filt = [("region", "=", region)] if case == "filtered" else None

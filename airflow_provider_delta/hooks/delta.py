@@ -36,7 +36,7 @@ from airflow_provider_delta.hooks.secrets import (
 )
 from airflow_provider_delta.hooks.storage_options import SCHEMES, fsspec_options
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.redaction import redact
+from airflow_provider_delta.log.base.redaction import redact
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -212,7 +212,7 @@ class DeltaHook(BaseHook):
         """The rows the commits ``start_version``..``end_version`` appended (the table's columns only):
         the input of an incremental task over an append-only table. A range that deleted or rewrote rows
         raises ``RowsChangedError``; :meth:`read_changes` reads such ranges."""
-        from airflow_provider_delta.log.errors import RowsChangedError
+        from airflow_provider_delta.log.base.errors import RowsChangedError
 
         changes = self.get_table(uri).changes(start_version, end_version, columns=columns, filter=filter)
         version = changes.removes_rows()
@@ -228,7 +228,7 @@ class DeltaHook(BaseHook):
 
     def write_rows(self, uri: str, data: Any, **options: Any) -> CommitResult:
         """Write rows (pyarrow, pandas, Polars...) as one commit; ``app_id``/``app_version`` make it
-        exactly-once. See ``airflow_provider_delta.log.write_rows.write_rows`` for the options."""
+        exactly-once. See ``airflow_provider_delta.log.writes.write_rows.write_rows`` for the options."""
         return self.get_table(uri).write(rows_of(data), **options)
 
     def tables(self) -> list[str]:

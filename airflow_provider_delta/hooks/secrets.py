@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from airflow_provider_delta.log.redaction import is_secret_option, redact, secret_forms, secret_values
+from airflow_provider_delta.log.base.redaction import is_secret_option, redact, secret_forms, secret_values
 
 
 def is_secret_name(name: str) -> bool:

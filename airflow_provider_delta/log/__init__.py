@@ -3,10 +3,9 @@
 Imports neither Airflow nor PySpark; the provider's hooks, operators and Spark layer build on it.
 """
 
-from .actions import AddFile, DomainMetadata, Format, Metadata, Protocol, RemoveFile, SetTransaction
-from .commit_info import CORE_VERSION as __version__  # noqa: F401 - the package version
-from .data_files import add_file_from_parquet
-from .errors import (
+from .actions.actions import AddFile, DomainMetadata, Format, Metadata, Protocol, RemoveFile, SetTransaction
+from .actions.commit_info import CORE_VERSION as __version__  # noqa: F401 - the package version
+from .base.errors import (
     CommitFailedError,
     CommitOutcomeUnknownError,
     ConcurrentAppendError,
@@ -29,10 +28,11 @@ from .errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-from .history import HistoryEntry
-from .snapshot import Snapshot
+from .commits.transaction import CommitResult, Transaction
+from .snapshot.history import HistoryEntry
+from .snapshot.snapshot import Snapshot
 from .table import DeltaTable, read_table, write
-from .transaction import CommitResult, Transaction
+from .writes.data_files import add_file_from_parquet
 
 __all__ = [
     "AddFile",

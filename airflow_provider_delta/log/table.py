@@ -17,26 +17,26 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 
-from .actions import AddFile
-from .arguments import bool_arg, int_arg, str_arg, str_map_arg
-from .changes import Bound, Changes, read_changes
-from .checkpoint import write_checkpoint
-from .cleanup import cleanup_expired_logs
-from .creation import initial_actions
-from .data_files import add_file_from_parquet
-from .history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
-from .last_checkpoint import LastCheckpoint
-from .optimize import optimize
-from .optimize_commit import OptimizeMetrics
-from .properties import ict_enablement_version
-from .restore import RestoreResult, restore
-from .scan import Scan
-from .snapshot import Snapshot
-from .storage import LogStore
-from .table_context import TableContext
-from .transaction import CommitResult, Transaction
-from .vacuum import VacuumReport, vacuum
-from .write_rows import write_rows
+from .actions.actions import AddFile
+from .base.arguments import bool_arg, int_arg, str_arg, str_map_arg
+from .changes.changes import Bound, Changes, read_changes
+from .commits.transaction import CommitResult, Transaction
+from .features.creation import initial_actions
+from .features.properties import ict_enablement_version
+from .files.last_checkpoint import LastCheckpoint
+from .files.storage import LogStore
+from .maintenance.cleanup import cleanup_expired_logs
+from .maintenance.optimize import optimize
+from .maintenance.optimize_commit import OptimizeMetrics
+from .maintenance.restore import RestoreResult, restore
+from .maintenance.vacuum import VacuumReport, vacuum
+from .scans.scan import Scan
+from .snapshot.checkpoint import write_checkpoint
+from .snapshot.history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
+from .snapshot.snapshot import Snapshot
+from .snapshot.table_context import TableContext
+from .writes.data_files import add_file_from_parquet
+from .writes.write_rows import write_rows
 
 
 class DeltaTable(TableContext):

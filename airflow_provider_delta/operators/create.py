@@ -17,7 +17,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import DeltaTable, InvalidCommitError, TableNotFoundError
-from airflow_provider_delta.log.schema import arrow_schema_to_delta
+from airflow_provider_delta.log.schema.schema import arrow_schema_to_delta
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_delta.extras import require
 from airflow_provider_delta.hooks.secrets import redact_errors
-from airflow_provider_delta.log.optimize import describe
+from airflow_provider_delta.log.maintenance.optimize import describe
 from airflow_provider_delta.operators.maintenance import _int_or_none, _TableOperator
 from airflow_provider_delta.operators.spark import spark_settings
 from airflow_provider_delta.ui.links import record_commit
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_delta.log import DeltaTable
-    from airflow_provider_delta.log.optimize_commit import OptimizeMetrics
+    from airflow_provider_delta.log.maintenance.optimize_commit import OptimizeMetrics
 
 ENGINES = ("auto", "pyarrow", "spark")
 # "auto": tables up to this many bytes of live files are optimized with pyarrow in the task; bigger ones on

@@ -140,7 +140,7 @@ class _DeltaSparkOperator(BaseOperator):
     def _metrics(self, version: int) -> dict[str, Any]:
         """The operationMetrics recorded in the commit's commitInfo."""
         from airflow_provider_delta.hooks.delta import DeltaHook
-        from airflow_provider_delta.log.history import read_commit_info
+        from airflow_provider_delta.log.snapshot.history import read_commit_info
 
         store = DeltaHook(self.delta_conn_id).get_table(self.table_uri).store
         return dict((read_commit_info(store, version) or {}).get("operationMetrics") or {})

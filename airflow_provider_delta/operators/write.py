@@ -3,7 +3,7 @@
 The rows come from ``data`` (usually an upstream task's XCom: a list of dicts, or a dict of columns) or from
 ``python_callable(context)``, which may return a pyarrow Table or RecordBatchReader, a pandas or Polars
 DataFrame, or anything with the Arrow C stream interface. The core's Arrow writer
-(``airflow_provider_delta.log.write_rows``) writes them with the table's rules (schema, NOT NULL, CHECK
+(``airflow_provider_delta.log.writes.write_rows``) writes them with the table's rules (schema, NOT NULL, CHECK
 constraints, generated columns) and commits once with the task's app transaction
 (``airflow/<dag_id>/<task_id>/<map_index>/<interval>``, see ``operators.commit``): a retry or a clear whose
 write already landed reads nothing, writes nothing and commits nothing, and returns the version that holds
@@ -131,6 +131,6 @@ class DeltaWriteOperator(BaseOperator):
 
 def _write_metrics(table: Any, version: int) -> dict[str, Any]:
     """The WRITE's operationMetrics from its commitInfo (strings, as Delta Spark writes them)."""
-    from airflow_provider_delta.log.history import read_commit_info
+    from airflow_provider_delta.log.snapshot.history import read_commit_info
 
     return (read_commit_info(table.store, version) or {}).get("operationMetrics") or {}

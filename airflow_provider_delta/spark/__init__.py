@@ -15,7 +15,7 @@ from airflow_provider_delta.extras import require
 
 require("pyspark")  # without the extra: an ImportError that names it, not "No module named pyspark"
 
-from airflow_provider_delta.log.errors import (
+from airflow_provider_delta.log.base.errors import (
     DeletionVectorError,
     InvalidConditionError,
     MergeCardinalityError,

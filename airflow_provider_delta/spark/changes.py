@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.actions import DELETION_VECTOR
-from airflow_provider_delta.log.change_range import Bound, Timestamp
-from airflow_provider_delta.log.change_rows import (
+from airflow_provider_delta.log.actions.actions import DELETION_VECTOR
+from airflow_provider_delta.log.changes.change_range import Bound, Timestamp
+from airflow_provider_delta.log.changes.change_rows import (
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
     ChangeTask,
     change_data_spec,
     read_change_task,
 )
-from airflow_provider_delta.log.scan_file import ReadSpec
+from airflow_provider_delta.log.scans.scan_file import ReadSpec
 
 from .schema import spark_schema_of
 

@@ -26,19 +26,26 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.actions import ADD, REMOVE, DomainMetadata, Metadata, Protocol, SetTransaction
-from airflow_provider_delta.log.checkpoint import DEFAULT_PART_SIZE, checkpoint_table
-from airflow_provider_delta.log.errors import UnsupportedFeatureError
-from airflow_provider_delta.log.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
-from airflow_provider_delta.log.properties import (
+from airflow_provider_delta.log.actions.actions import (
+    ADD,
+    REMOVE,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    SetTransaction,
+)
+from airflow_provider_delta.log.base.errors import UnsupportedFeatureError
+from airflow_provider_delta.log.features.properties import (
     DELETED_FILE_RETENTION,
     SET_TRANSACTION_RETENTION,
     interval_property_ms,
 )
-from airflow_provider_delta.log.protocol import check_read_supported
-from airflow_provider_delta.log.replay import TableState
-from airflow_provider_delta.log.segment import LogSegment, SegmentBuilder, read_last_checkpoint
-from airflow_provider_delta.log.storage import LogStore
+from airflow_provider_delta.log.features.protocol import check_read_supported
+from airflow_provider_delta.log.files.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
+from airflow_provider_delta.log.files.segment import LogSegment, SegmentBuilder, read_last_checkpoint
+from airflow_provider_delta.log.files.storage import LogStore
+from airflow_provider_delta.log.snapshot.checkpoint import DEFAULT_PART_SIZE, checkpoint_table
+from airflow_provider_delta.log.snapshot.replay import TableState
 
 from .read import task_frame
 from .session import default_parallelism
@@ -148,7 +155,7 @@ def read_action_files(
     batches: Iterator[pa.RecordBatch], table_uri: str, options: dict
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: parse commit and checkpoint files with the core's parsers into action rows."""
-    from airflow_provider_delta.log.commit_json import Actions, parse_json_actions
+    from airflow_provider_delta.log.files.commit_json import Actions, parse_json_actions
 
     store = LogStore(table_uri, options)
     for batch in batches:
@@ -167,8 +174,8 @@ def _checkpoint_rows(store: LogStore, name: str, version: int) -> Iterator[pa.Re
     (which also reshapes what legacy writers stored), so a part of millions of actions is never whole."""
     import pyarrow.parquet as pq
 
-    from airflow_provider_delta.log.commit_json import Actions
-    from airflow_provider_delta.log.replay import apply_checkpoint_batch
+    from airflow_provider_delta.log.files.commit_json import Actions
+    from airflow_provider_delta.log.snapshot.replay import apply_checkpoint_batch
 
     with store.open_input_file(store.log_file(name)) as fh:
         pf = pq.ParquetFile(fh)
@@ -218,7 +225,7 @@ def _small_actions(actions: Any, version: int, table_uri: str, now: int) -> Smal
     """Latest protocol and metadata, live domains, and unexpired txns (reconciled by Spark per app id)."""
     from pyspark.sql import functions as F
 
-    from airflow_provider_delta.log.errors import CorruptLogError
+    from airflow_provider_delta.log.base.errors import CorruptLogError
 
     protocol, metadata, domains = None, None, {}
     rows = actions.where("small IS NOT NULL").select("version", "ord", "small").collect()
@@ -320,7 +327,7 @@ def write_part(part: int, batches: list[pa.RecordBatch], spec: PartSpec) -> dict
 
     import pyarrow.parquet as pq
 
-    from airflow_provider_delta.log.arrow_utils import conform
+    from airflow_provider_delta.log.base.arrow_utils import conform
 
     adds, removes = [], []
     for batch in batches:

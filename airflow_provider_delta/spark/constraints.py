@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_provider_delta.log.errors import ConstraintViolationError
-from airflow_provider_delta.log.table_rules import (
+from airflow_provider_delta.log.base.errors import ConstraintViolationError
+from airflow_provider_delta.log.expressions.table_rules import (
     CHECK_PREFIX,
     GENERATION,
     INVARIANTS,

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_delta.log.actions import Metadata, Protocol
-from airflow_provider_delta.log.data_files import HIVE_NULL, ROW_GROUP_ROWS, escape_path_name
-from airflow_provider_delta.log.data_files import partition_dir as _partition_dir
-from airflow_provider_delta.log.partition_values import serialize_partition_value
-from airflow_provider_delta.log.stats import file_stats
+from airflow_provider_delta.log.actions.actions import Metadata, Protocol
+from airflow_provider_delta.log.schema.partition_values import serialize_partition_value
+from airflow_provider_delta.log.schema.stats import file_stats
+from airflow_provider_delta.log.writes.data_files import HIVE_NULL, ROW_GROUP_ROWS, escape_path_name
+from airflow_provider_delta.log.writes.data_files import partition_dir as _partition_dir
 
 from .schema import to_physical
 

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
-from airflow_provider_delta.log.errors import MergeCardinalityError
-from airflow_provider_delta.log.identity import IdentityColumn, high_water_marks
+from airflow_provider_delta.log.base.errors import MergeCardinalityError
+from airflow_provider_delta.log.features.identity import IdentityColumn, high_water_marks
 
 from .constraints import generated_columns, quote
 from .merge_clause import Clause

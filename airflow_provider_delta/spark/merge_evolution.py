@@ -30,13 +30,13 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_delta.log.creation import required_features
-from airflow_provider_delta.log.errors import IdentityColumnError, UnsupportedFeatureError
-from airflow_provider_delta.log.expressions import ColumnNotFoundError
-from airflow_provider_delta.log.identity import IdentityColumn, identity_columns
-from airflow_provider_delta.log.properties import bool_property
-from airflow_provider_delta.log.protocol import writer_features
-from airflow_provider_delta.log.schema import column_mapping_mode, decimal_params
+from airflow_provider_delta.log.base.errors import IdentityColumnError, UnsupportedFeatureError
+from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.features.creation import required_features
+from airflow_provider_delta.log.features.identity import IdentityColumn, identity_columns
+from airflow_provider_delta.log.features.properties import bool_property
+from airflow_provider_delta.log.features.protocol import writer_features
+from airflow_provider_delta.log.schema.schema import column_mapping_mode, decimal_params
 
 from .merge_structs import evolved_type
 from .row_changes import analysed

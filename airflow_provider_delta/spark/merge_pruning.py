@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_delta.log.expressions import Call, Column, Expr, conjunction, literal
-from airflow_provider_delta.log.scan import Scan
-from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError, parse
+from airflow_provider_delta.log.expressions.expressions import Call, Column, Expr, conjunction, literal
+from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError, parse
+from airflow_provider_delta.log.scans.scan import Scan
 
 from .merge_evolution import named_assignments
 from .row_changes import referenced

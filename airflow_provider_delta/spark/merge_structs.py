@@ -24,7 +24,7 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_delta.log.errors import SchemaMismatchError
+from airflow_provider_delta.log.base.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

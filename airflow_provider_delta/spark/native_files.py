@@ -27,16 +27,19 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import AddFile
-from airflow_provider_delta.log.partition_values import parse_partition_value, serialize_partition_value
-from airflow_provider_delta.log.schema import column_mapping_mode, decimal_params
-from airflow_provider_delta.log.stats import file_stats
+from airflow_provider_delta.log.schema.partition_values import (
+    parse_partition_value,
+    serialize_partition_value,
+)
+from airflow_provider_delta.log.schema.schema import column_mapping_mode, decimal_params
+from airflow_provider_delta.log.schema.stats import file_stats
 
 from .data_files import HIVE_NULL, WritePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from airflow_provider_delta.log.storage import LogStore
+    from airflow_provider_delta.log.files.storage import LogStore
 
 STAGING_DIR = "_delta_spark_staging"
 NATIVE_WRITES = True  # tests switch it off to compare with the mapInArrow path on the same data

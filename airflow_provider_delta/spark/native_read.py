@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from airflow_provider_delta.log.schema import column_mapping_mode, decimal_params
+from airflow_provider_delta.log.schema.schema import column_mapping_mode, decimal_params
 
 from .schema import spark_schema_of
 

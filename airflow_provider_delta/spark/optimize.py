@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable
-from airflow_provider_delta.log.optimize import (
+from airflow_provider_delta.log.maintenance.optimize import (
     ROW_TRACKING_FIELDS,
     SAMPLE_ROWS,
     SAMPLE_SEED,
@@ -43,17 +43,17 @@ from airflow_provider_delta.log.optimize import (
     delete_files,
     materialized_columns,
 )
-from airflow_provider_delta.log.optimize_commit import (
+from airflow_provider_delta.log.maintenance.optimize_commit import (
     BatchResult,
     OptimizeMetrics,
     commit_batch,
     rewritten_files,
     summarize,
 )
-from airflow_provider_delta.log.optimize_plan import Bin, OptimizePlan, plan_optimize
-from airflow_provider_delta.log.scan_file import ROW_ID_COLUMN, ROW_VERSION_COLUMN, ReadSpec
-from airflow_provider_delta.log.schema import column_mapping_mode
-from airflow_provider_delta.log.space_filling_curves import curve_keys, part_ids
+from airflow_provider_delta.log.maintenance.optimize_plan import Bin, OptimizePlan, plan_optimize
+from airflow_provider_delta.log.maintenance.space_filling_curves import curve_keys, part_ids
+from airflow_provider_delta.log.scans.scan_file import ROW_ID_COLUMN, ROW_VERSION_COLUMN, ReadSpec
+from airflow_provider_delta.log.schema.schema import column_mapping_mode
 
 from .data_files import WritePlan
 from .read import TASK_COLUMNS, read_slices, scan_files, task_frame, with_metadata_schema

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.scan import gathered
-from airflow_provider_delta.log.scan_file import (
+from airflow_provider_delta.log.scans.scan import gathered
+from airflow_provider_delta.log.scans.scan_file import (
     ROW_ID_COLUMN,
     ROW_VERSION_COLUMN,
     TASK_FIELDS,
@@ -31,7 +31,7 @@ from airflow_provider_delta.log.scan_file import (
     file_tasks,
     read_data_file,
 )
-from airflow_provider_delta.log.schema import column_mapping_mode
+from airflow_provider_delta.log.schema.schema import column_mapping_mode
 
 from .schema import spark_schema_of
 from .session import default_parallelism

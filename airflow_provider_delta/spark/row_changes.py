@@ -32,15 +32,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable, Transaction
-from airflow_provider_delta.log.change_data import CHANGE_TYPE
-from airflow_provider_delta.log.errors import (
+from airflow_provider_delta.log.base.errors import (
     InvalidConditionError,
 )
-from airflow_provider_delta.log.expressions import ColumnNotFoundError, Expr
-from airflow_provider_delta.log.partition_values import typed_partition_values
-from airflow_provider_delta.log.row_deletion import delete_metrics
-from airflow_provider_delta.log.scan import Scan
-from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
+from airflow_provider_delta.log.commits.change_data import CHANGE_TYPE
+from airflow_provider_delta.log.commits.row_deletion import delete_metrics
+from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError, Expr
+from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError
+from airflow_provider_delta.log.scans.scan import Scan
+from airflow_provider_delta.log.schema.partition_values import typed_partition_values
 
 from .constraints import check, generated_columns, quote, table_rules
 from .data_files import WritePlan

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_provider_delta.log.errors import SchemaMismatchError
-from airflow_provider_delta.log.physical_columns import find_field, resolve_column, strip_type, to_physical
-from airflow_provider_delta.log.schema import delta_type_to_arrow
-from airflow_provider_delta.log.schema_enforcement import assign_column_mapping, match_schema
+from airflow_provider_delta.log.base.errors import SchemaMismatchError
+from airflow_provider_delta.log.schema.physical_columns import (
+    find_field,
+    resolve_column,
+    strip_type,
+    to_physical,
+)
+from airflow_provider_delta.log.schema.schema import delta_type_to_arrow
+from airflow_provider_delta.log.schema.schema_enforcement import assign_column_mapping, match_schema
 
 __all__ = ["SchemaMismatchError", "assign_column_mapping", "find_field", "resolve_column", "to_physical"]
 

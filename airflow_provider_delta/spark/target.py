@@ -13,12 +13,12 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.change_data import change_data_enabled
-from airflow_provider_delta.log.errors import InvalidCommitError
-from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
-from airflow_provider_delta.log.protocol import check_write_supported, writer_features
-from airflow_provider_delta.log.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS
-from airflow_provider_delta.log.row_tracking import materialized_columns
+from airflow_provider_delta.log.base.errors import InvalidCommitError
+from airflow_provider_delta.log.commits.change_data import change_data_enabled
+from airflow_provider_delta.log.commits.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS
+from airflow_provider_delta.log.features.properties import APPEND_ONLY, bool_property
+from airflow_provider_delta.log.features.protocol import check_write_supported, writer_features
+from airflow_provider_delta.log.features.row_tracking import materialized_columns
 
 if TYPE_CHECKING:
     from airflow_provider_delta.log import Metadata, Snapshot

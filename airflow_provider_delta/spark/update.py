@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
-from airflow_provider_delta.log.errors import IdentityColumnError
-from airflow_provider_delta.log.expressions import ColumnNotFoundError
-from airflow_provider_delta.log.identity import identity_columns
+from airflow_provider_delta.log.base.errors import IdentityColumnError
+from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.features.identity import identity_columns
 
 from .merge_structs import assigned_value
 from .row_changes import (

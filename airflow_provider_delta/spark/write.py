@@ -26,14 +26,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import AddFile, CommitResult, DeltaTable
-from airflow_provider_delta.log.creation import initial_actions, required_features
-from airflow_provider_delta.log.errors import InvalidCommitError, TableNotFoundError, UnsupportedFeatureError
-from airflow_provider_delta.log.identity import IdentityColumn, columns_to_generate, high_water_marks
-from airflow_provider_delta.log.physical_columns import strip_type
-from airflow_provider_delta.log.properties import APPEND_ONLY, bool_property
-from airflow_provider_delta.log.protocol import check_write_supported, writer_features
-from airflow_provider_delta.log.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
-from airflow_provider_delta.log.write_rows import commit_write
+from airflow_provider_delta.log.base.errors import (
+    InvalidCommitError,
+    TableNotFoundError,
+    UnsupportedFeatureError,
+)
+from airflow_provider_delta.log.features.creation import initial_actions, required_features
+from airflow_provider_delta.log.features.identity import IdentityColumn, columns_to_generate, high_water_marks
+from airflow_provider_delta.log.features.properties import APPEND_ONLY, bool_property
+from airflow_provider_delta.log.features.protocol import check_write_supported, writer_features
+from airflow_provider_delta.log.schema.physical_columns import strip_type
+from airflow_provider_delta.log.schema.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
+from airflow_provider_delta.log.writes.write_rows import commit_write
 
 from .constraints import Rule, check, generated_columns, table_rules
 from .data_files import ADD_ROW, WritePlan, WriteSpec, write_files

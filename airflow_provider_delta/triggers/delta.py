@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from airflow_provider_delta.log.tail import VersionCondition, current_version, observe
+from airflow_provider_delta.log.commits.tail import VersionCondition, current_version, observe
 
 CURSOR_KEY = "delta_version"
 

@@ -30,7 +30,7 @@ from airflow_provider_delta.extras import MissingExtraError, require_for_uri
 from airflow_provider_delta.hooks.secrets import exception_chain
 from airflow_provider_delta.hooks.storage_options import StorageOptionError
 from airflow_provider_delta.log import CorruptLogError, DeltaError, DeltaTable, TableNotFoundError
-from airflow_provider_delta.log.redaction import redact
+from airflow_provider_delta.log.base.redaction import redact
 from airflow_provider_delta.ui import catalog
 from airflow_provider_delta.ui.failures import storage_failure
 from airflow_provider_delta.ui.links import URL_PREFIX, canonical_uri

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from airflow_provider_delta.log import DeltaError
-from airflow_provider_delta.log.properties import CHECKPOINT_INTERVAL
-from airflow_provider_delta.log.segment import commit_name
+from airflow_provider_delta.log.features.properties import CHECKPOINT_INTERVAL
+from airflow_provider_delta.log.files.segment import commit_name
 
 if TYPE_CHECKING:
     from airflow_provider_delta.log import DeltaTable, HistoryEntry, Snapshot

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.optimize import describe
+from airflow_provider_delta.log.maintenance.optimize import describe
 from airflow_provider_delta.operators.layout import DeltaOptimizeOperator, ProgressLog
 
 SEED = 3

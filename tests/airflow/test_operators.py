@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.vacuum import RetentionTooShortError
+from airflow_provider_delta.log.maintenance.vacuum import RetentionTooShortError
 from airflow_provider_delta.operators.create import DeltaCreateTableOperator, delta_schema
 from airflow_provider_delta.operators.maintenance import (
     DeltaCheckpointOperator,

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import AddFile, DeltaTable
-from airflow_provider_delta.log.tail import NO_TABLE, Observation
+from airflow_provider_delta.log.commits.tail import NO_TABLE, Observation
 from airflow_provider_delta.sensors import delta as sensors
 from airflow_provider_delta.sensors.delta import DeltaVersionSensor
 from airflow_provider_delta.triggers import delta as triggers

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import AddFile, DeltaTable
-from airflow_provider_delta.log.tail import Observation
+from airflow_provider_delta.log.commits.tail import Observation
 from airflow_provider_delta.triggers import delta as triggers
 from airflow_provider_delta.triggers.delta import CURSOR_KEY, DeltaTableWatcherTrigger, DeltaVersionTrigger
 

@@ -14,7 +14,7 @@ from test_exactly_once import asset_events
 
 from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import RowsChangedError
+from airflow_provider_delta.log.base.errors import RowsChangedError
 from airflow_provider_delta.ui.links import COMMIT_XCOM_KEY
 
 DAY = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)

@@ -19,13 +19,13 @@ import pytest
 
 from airflow_provider_delta.log import DeltaTable, Metadata, VersionNotFoundError
 from airflow_provider_delta.log import replay as replay_module
-from airflow_provider_delta.log.errors import (
+from airflow_provider_delta.log.base.errors import (
     ChangeDataNotRecordedError,
     ChangeRangeError,
     DataFileNotFoundError,
     IncompatibleSchemaChangeError,
 )
-from airflow_provider_delta.log.schema_evolution import schema_break
+from airflow_provider_delta.log.schema.schema_evolution import schema_break
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("p", pa.string())])
 CDF = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}

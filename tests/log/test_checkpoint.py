@@ -18,7 +18,7 @@ import pytest
 from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
 from airflow_provider_delta.log import AddFile, DeltaTable
-from airflow_provider_delta.log.last_checkpoint import json_checksum
+from airflow_provider_delta.log.files.last_checkpoint import json_checksum
 
 GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden"
 # Tables covering partitions (escaped values, nulls), deletion vectors, column mapping, txns and CDF.

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
-from airflow_provider_delta.log.segment import commit_name
+from airflow_provider_delta.log.files.segment import commit_name
 
 SCHEMA = pa.schema([("id", pa.int64())])
 TWO_DAYS_MS = 2 * 86_400_000

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, VersionNotFoundError, add_file_from_parquet
-from airflow_provider_delta.log.cleanup import cleanup_expired_logs, cutoff_checkpoint
-from airflow_provider_delta.log.storage import FileMeta
+from airflow_provider_delta.log.files.storage import FileMeta
+from airflow_provider_delta.log.maintenance.cleanup import cleanup_expired_logs, cutoff_checkpoint
 
 SCHEMA = pa.schema([("id", pa.int64())])
 DAY = 86_400_000

@@ -25,15 +25,15 @@ import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 
 from airflow_provider_delta.log import DeltaTable, cli
-from airflow_provider_delta.log.cli import ProgressBar, main, parse_storage_options
+from airflow_provider_delta.log.cli.main import ProgressBar, main, parse_storage_options
 
 GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden/dat/multi_partitioned/delta"
 SCRIPT = Path(sys.executable).parent / "deltalog"
 # Commit file mtimes, one hour apart: version v was committed at T0 + v hours.
 T0_MS = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000)
 HOUR_MS = 3_600_000
-HAS_VACUUM = importlib.util.find_spec("airflow_provider_delta.log.vacuum") is not None
-HAS_CLEANUP = importlib.util.find_spec("airflow_provider_delta.log.cleanup") is not None
+HAS_VACUUM = importlib.util.find_spec("airflow_provider_delta.log.maintenance.vacuum") is not None
+HAS_CLEANUP = importlib.util.find_spec("airflow_provider_delta.log.maintenance.cleanup") is not None
 
 
 def _batch(ids: list[int], parts: list[str]) -> pa.Table:
@@ -69,7 +69,7 @@ def golden(tmp_path: Path) -> Path:
 
 def run(*args: str, module: bool = False) -> subprocess.CompletedProcess[str]:
     """The real command in a fresh interpreter: the installed script, or ``python -m ...cli``."""
-    command = [sys.executable, "-m", "airflow_provider_delta.log.cli"] if module else [str(SCRIPT)]
+    command = [sys.executable, "-m", "airflow_provider_delta.log.cli.main"] if module else [str(SCRIPT)]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -266,7 +266,7 @@ def test_vacuum_against_the_core(table: Path):
     if not HAS_VACUUM:
         result = run("vacuum", str(table), "--dry-run")
         assert result.returncode == 1 and result.stdout == ""
-        assert_one_line_error(result.stderr, "vacuum", "airflow_provider_delta.log.vacuum")
+        assert_one_line_error(result.stderr, "vacuum", "airflow_provider_delta.log.maintenance.vacuum")
         return
     # deltalake lists the tombstones (the two files of p=a the overwrite removed) without deleting anything.
     expected = deltalake.DeltaTable(str(table)).vacuum(0, dry_run=True, enforce_retention_duration=False)
@@ -298,7 +298,7 @@ def test_cleanup_against_the_core(table: Path):
     if not HAS_CLEANUP:
         result = run("cleanup", str(table), "--json")
         assert result.returncode == 1 and result.stdout == ""
-        assert_one_line_error(result.stderr, "cleanup", "airflow_provider_delta.log.cleanup")
+        assert_one_line_error(result.stderr, "cleanup", "airflow_provider_delta.log.maintenance.cleanup")
         return
     # Nothing expires before there is a checkpoint to keep the retained versions readable.
     nothing = run("cleanup", str(table), "--json")
@@ -607,7 +607,7 @@ def test_a_missing_version_names_the_versions_that_can_be_read(tmp_path: Path, c
     """The range in "available versions are A..B" is exactly what a reader reconstructs, also when the
     listing started at the last checkpoint (commit 0 still there) and after log cleanup (it is not)."""
     from airflow_provider_delta.log import write
-    from airflow_provider_delta.log.errors import VersionNotFoundError
+    from airflow_provider_delta.log.base.errors import VersionNotFoundError
 
     uri = str(tmp_path / "t")
     for i in range(5):

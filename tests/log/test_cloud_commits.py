@@ -23,7 +23,7 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from airflow_provider_delta.log import AddFile, DeltaTable, UnsafeStorageError, add_file_from_parquet
-from airflow_provider_delta.log.storage import LogStore, put_if_absent
+from airflow_provider_delta.log.files.storage import LogStore, put_if_absent
 
 if TYPE_CHECKING:
     from emulators import Emulator  # tests/emulators.py

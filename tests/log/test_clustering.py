@@ -18,8 +18,8 @@ from airflow_provider_delta.log import (
     InvalidCommitError,
     add_file_from_parquet,
 )
-from airflow_provider_delta.log.clustering import DOMAIN, LIQUID, clustering_columns, logical_names
-from airflow_provider_delta.log.schema import delta_schema_to_arrow
+from airflow_provider_delta.log.features.clustering import DOMAIN, LIQUID, clustering_columns, logical_names
+from airflow_provider_delta.log.schema.schema import delta_schema_to_arrow
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("s", pa.struct([("x", pa.int32())]))])
 CLUSTERED = {"delta.feature.clustering": "supported", "delta.columnMapping.mode": "name"}

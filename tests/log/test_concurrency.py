@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import AddFile, ConcurrentTransactionError, DeltaTable
-from airflow_provider_delta.log.segment import commit_name, commit_version
-from airflow_provider_delta.log.storage import LogStore, put_if_absent
+from airflow_provider_delta.log.files.segment import commit_name, commit_version
+from airflow_provider_delta.log.files.storage import LogStore, put_if_absent
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.string())])
 WRITERS = 8

@@ -24,8 +24,13 @@ from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Tabl
 from golden import load_tables
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.deletion_vector_format import MAX_ENCODABLE_ROW_INDEX
-from airflow_provider_delta.log.deletion_vectors import (
+from airflow_provider_delta.log.base.errors import (
+    DeletionVectorError,
+    InvalidCommitError,
+    UnsupportedFeatureError,
+)
+from airflow_provider_delta.log.files.deletion_vector_format import MAX_ENCODABLE_ROW_INDEX
+from airflow_provider_delta.log.files.deletion_vectors import (
     DeletionVectorDescriptor,
     decode_bitmap,
     deleted_rows,
@@ -38,7 +43,6 @@ from airflow_provider_delta.log.deletion_vectors import (
     z85_decode,
     z85_encode,
 )
-from airflow_provider_delta.log.errors import DeletionVectorError, InvalidCommitError, UnsupportedFeatureError
 
 SEED = 20261124
 LOCAL = fsspec.filesystem("file")

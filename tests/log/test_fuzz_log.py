@@ -35,7 +35,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import DeltaError
+from airflow_provider_delta.log.base.errors import DeltaError
 
 EXAMPLES = int(os.environ.get("DELTA_FUZZ_EXAMPLES", "300"))
 SEED = os.environ.get("DELTA_FUZZ_SEED")

@@ -48,9 +48,9 @@ from airflow_provider_delta.log import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-from airflow_provider_delta.log.protocol import MAX_READER_VERSION, SUPPORTED_READER_FEATURES
-from airflow_provider_delta.log.snapshot import load_snapshot
-from airflow_provider_delta.log.vacuum import VACUUM_FIELDS
+from airflow_provider_delta.log.features.protocol import MAX_READER_VERSION, SUPPORTED_READER_FEATURES
+from airflow_provider_delta.log.maintenance.vacuum import VACUUM_FIELDS
+from airflow_provider_delta.log.snapshot.snapshot import load_snapshot
 
 NAMED_ERRORS = (CorruptLogError, UnsupportedFeatureError, VersionNotFoundError, TableNotFoundError)
 TABLES = load_tables()

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, MetadataChangedError, add_file_from_parquet
-from airflow_provider_delta.log.commit_info import IDENTITY_SCHEMA_UPDATE
-from airflow_provider_delta.log.errors import IdentityColumnError
-from airflow_provider_delta.log.identity import (
+from airflow_provider_delta.log.actions.commit_info import IDENTITY_SCHEMA_UPDATE
+from airflow_provider_delta.log.base.errors import IdentityColumnError
+from airflow_provider_delta.log.features.identity import (
     IdentityValues,
     columns_to_generate,
     identity_columns,

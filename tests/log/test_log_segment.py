@@ -22,7 +22,11 @@ from airflow_provider_delta.log import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-from airflow_provider_delta.log.last_checkpoint import canonicalize, json_checksum, parse_last_checkpoint
+from airflow_provider_delta.log.files.last_checkpoint import (
+    canonicalize,
+    json_checksum,
+    parse_last_checkpoint,
+)
 
 SCHEMA = json.dumps(
     {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import AddFile, DeltaTable, atomic_commit, storage
-from airflow_provider_delta.log.segment import commit_name, commit_version
+from airflow_provider_delta.log.files.segment import commit_name, commit_version
 
 SCHEMA = pa.schema([("id", pa.int64())])
 REAL_PUT = storage.put_if_absent

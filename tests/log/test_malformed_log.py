@@ -17,9 +17,9 @@ import pytest
 from deadline import deadline
 
 from airflow_provider_delta.log import CorruptLogError, DeltaTable, InvalidCommitError, VersionNotFoundError
-from airflow_provider_delta.log.conflicts import WinningCommit
-from airflow_provider_delta.log.last_checkpoint import parse_last_checkpoint
-from airflow_provider_delta.log.tail import commits_after
+from airflow_provider_delta.log.commits.conflicts import WinningCommit
+from airflow_provider_delta.log.commits.tail import commits_after
+from airflow_provider_delta.log.files.last_checkpoint import parse_last_checkpoint
 
 BIG = str(2**63)  # one more than the largest long
 FIELD = {"name": "id", "type": "long", "nullable": True, "metadata": {}}

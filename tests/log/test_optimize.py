@@ -20,9 +20,12 @@ import pytest
 from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import OptimizeError, PartitionFilterError, ZOrderColumnError
-from airflow_provider_delta.log.optimize import describe, optimize
-from airflow_provider_delta.log.row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID
+from airflow_provider_delta.log.base.errors import OptimizeError, PartitionFilterError, ZOrderColumnError
+from airflow_provider_delta.log.features.row_tracking import (
+    MATERIALIZED_ROW_COMMIT_VERSION,
+    MATERIALIZED_ROW_ID,
+)
+from airflow_provider_delta.log.maintenance.optimize import describe, optimize
 
 SEED = 5
 
@@ -185,7 +188,7 @@ def test_row_ids_and_commit_versions_are_kept(tmp_path: Path):
 
 
 def test_a_clustered_table_is_clustered_by_its_columns_and_files_carry_their_cube(tmp_path: Path):
-    from airflow_provider_delta.log.optimize_plan import ZCUBE_ID, ZCUBE_ZORDER_BY
+    from airflow_provider_delta.log.maintenance.optimize_plan import ZCUBE_ID, ZCUBE_ZORDER_BY
 
     config = {"delta.feature.clustering": "supported", "delta.columnMapping.mode": "name"}
     rng = np.random.default_rng(SEED)
@@ -236,7 +239,7 @@ def test_a_failing_bin_leaves_no_files(tmp_path: Path):
 
 def test_a_concurrent_delete_fails_the_batch_deletes_its_files_and_keeps_earlier_batches(tmp_path: Path):
     from airflow_provider_delta.log import AddFile
-    from airflow_provider_delta.log.errors import ConcurrentDeleteReadError
+    from airflow_provider_delta.log.base.errors import ConcurrentDeleteReadError
 
     table = _table(tmp_path / "t", 3)
     deleted: list[str] = []
@@ -261,7 +264,7 @@ def test_a_concurrent_delete_fails_the_batch_deletes_its_files_and_keeps_earlier
 
 # -- deltalog optimize -------------------------------------------------------------------------------------
 def test_deltalog_optimize_plans_compacts_and_refuses_by_name(tmp_path: Path, capsys):
-    from airflow_provider_delta.log.cli import main
+    from airflow_provider_delta.log.cli.main import main
 
     table = _table(tmp_path / "t", 5)
     files = _data_files(tmp_path / "t")

@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import AddFile, DeltaTable, DomainMetadata, add_file_from_parquet
-from airflow_provider_delta.log.errors import OptimizeError, PartitionFilterError, ZOrderColumnError
-from airflow_provider_delta.log.optimize_plan import (
+from airflow_provider_delta.log.base.errors import OptimizeError, PartitionFilterError, ZOrderColumnError
+from airflow_provider_delta.log.maintenance.optimize_plan import (
     DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MIN_FILE_SIZE,
     clustering_columns,
     plan_optimize,
 )
-from airflow_provider_delta.log.space_filling_curves import (
+from airflow_provider_delta.log.maintenance.space_filling_curves import (
     curve_keys,
     hilbert,
     interleave,

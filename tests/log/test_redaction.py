@@ -15,7 +15,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from airflow_provider_delta.log.redaction import (
+from airflow_provider_delta.log.base.redaction import (
     PEM_PIECE,
     PEM_STEP,
     is_secret_option,

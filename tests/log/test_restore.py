@@ -27,9 +27,9 @@ from airflow_provider_delta.log import (
     add_file_from_parquet,
 )
 from airflow_provider_delta.log import restore as restore_module
-from airflow_provider_delta.log.errors import RestoreMissingFilesError, RestoreTargetError
-from airflow_provider_delta.log.protocol import merge_protocols
-from airflow_provider_delta.log.restore import restored_metadata
+from airflow_provider_delta.log.base.errors import RestoreMissingFilesError, RestoreTargetError
+from airflow_provider_delta.log.features.protocol import merge_protocols
+from airflow_provider_delta.log.maintenance.restore import restored_metadata
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 _ids = iter(range(1, 1_000_000))

@@ -26,14 +26,14 @@ from airflow_provider_delta.log import (
     InvalidCommitError,
     UnsupportedFeatureError,
 )
-from airflow_provider_delta.log.deletion_vectors import (
+from airflow_provider_delta.log.commits.row_deletion import wide_bounds
+from airflow_provider_delta.log.commits.visibility import holds_effects
+from airflow_provider_delta.log.files.deletion_vectors import (
     DeletionVectorDescriptor,
     deleted_rows,
     inline_descriptor,
 )
-from airflow_provider_delta.log.replay import TableState
-from airflow_provider_delta.log.row_deletion import wide_bounds
-from airflow_provider_delta.log.visibility import holds_effects
+from airflow_provider_delta.log.snapshot.replay import TableState
 
 SEED = 7013
 LOCAL = fsspec.filesystem("file")

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import AddFile, DeltaTable, InvalidCommitError, add_file_from_parquet
-from airflow_provider_delta.log.row_tracking import DOMAIN, MATERIALIZED_ROW_ID, high_water_mark
+from airflow_provider_delta.log.features.row_tracking import DOMAIN, MATERIALIZED_ROW_ID, high_water_mark
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 ENABLED = {"delta.enableRowTracking": "true"}

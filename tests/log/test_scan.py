@@ -33,10 +33,10 @@ from airflow_provider_delta.log import (
     scan_file,
     write,
 )
-from airflow_provider_delta.log.deletion_vectors import inline_descriptor, write_deletion_vectors
-from airflow_provider_delta.log.expressions import ColumnNotFoundError
-from airflow_provider_delta.log.scan import Scan
-from airflow_provider_delta.log.schema import parse_schema_string
+from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.files.deletion_vectors import inline_descriptor, write_deletion_vectors
+from airflow_provider_delta.log.scans.scan import Scan
+from airflow_provider_delta.log.schema.schema import parse_schema_string
 
 SEED = 20261124
 TYPES = {
@@ -245,7 +245,7 @@ def test_deletion_vectors_of_every_storage_kind(tmp_path, storage):
             1
         ].to_json()
         if storage == "absolute":
-            from airflow_provider_delta.log.deletion_vectors import dv_file_path
+            from airflow_provider_delta.log.files.deletion_vectors import dv_file_path
 
             dv = {
                 **dv,

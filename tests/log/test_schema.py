@@ -1,4 +1,4 @@
-"""Tests for `airflow_provider_delta.log.schema`.
+"""Tests for `airflow_provider_delta.log.schema.schema`.
 
 Expected values come from outside the code under test: the protocol text, the Delta Spark golden tables
 (their JSON log, data files, checkpoints and `expected/` outputs), deltalake, or are written out by hand.
@@ -20,12 +20,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import stats as schema_module
-from airflow_provider_delta.log.partition_values import (
+from airflow_provider_delta.log.schema.partition_values import (
     parse_partition_value,
     parse_partition_values,
     serialize_partition_value,
 )
-from airflow_provider_delta.log.schema import (
+from airflow_provider_delta.log.schema.schema import (
     arrow_schema_to_delta,
     arrow_type_to_delta,
     column_mapping_mode,
@@ -35,7 +35,7 @@ from airflow_provider_delta.log.schema import (
     physical_name,
     physical_partition_names,
 )
-from airflow_provider_delta.log.stats import parse_stats, stats_schema
+from airflow_provider_delta.log.schema.stats import parse_stats, stats_schema
 
 GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden/delta-golden"
 SPEC = Path(os.environ["DELTA_SHARED_DIR"]) / "protocol/003_51b5c166d670ae37.txt"

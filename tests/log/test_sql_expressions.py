@@ -12,9 +12,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_delta.log.evaluate import ExpressionEvaluationError, evaluate
-from airflow_provider_delta.log.expressions import Call, Column, ColumnNotFoundError, from_arrow, from_dnf
-from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError, parse
+from airflow_provider_delta.log.expressions.evaluate import ExpressionEvaluationError, evaluate
+from airflow_provider_delta.log.expressions.expressions import (
+    Call,
+    Column,
+    ColumnNotFoundError,
+    from_arrow,
+    from_dnf,
+)
+from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError, parse
 
 ROWS = pa.table({
     "v": pa.array([0, 50, 101, None], pa.int32()),

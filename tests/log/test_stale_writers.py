@@ -33,9 +33,9 @@ from airflow_provider_delta.log import (
     add_file_from_parquet,
     atomic_commit,
 )
-from airflow_provider_delta.log.actions import Protocol
-from airflow_provider_delta.log.segment import commit_name
-from airflow_provider_delta.log.storage import LogStore, put_if_absent
+from airflow_provider_delta.log.actions.actions import Protocol
+from airflow_provider_delta.log.files.segment import commit_name
+from airflow_provider_delta.log.files.storage import LogStore, put_if_absent
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])
 DAY_MS = 86_400_000

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import AddFile, CorruptLogError, DeltaTable, VersionNotFoundError
-from airflow_provider_delta.log.tail import (
+from airflow_provider_delta.log.commits.tail import (
     NO_TABLE,
     Observation,
     VersionCondition,

@@ -30,7 +30,7 @@ from airflow_provider_delta.log import (
     UnsupportedFeatureError,
     add_file_from_parquet,
 )
-from airflow_provider_delta.log.actions import Metadata, Protocol
+from airflow_provider_delta.log.actions.actions import Metadata, Protocol
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("p", pa.string())])
 

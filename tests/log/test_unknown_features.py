@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, UnsupportedFeatureError, add_file_from_parquet
-from airflow_provider_delta.log.protocol import SUPPORTED_READER_FEATURES, SUPPORTED_WRITER_FEATURES
+from airflow_provider_delta.log.features.protocol import SUPPORTED_READER_FEATURES, SUPPORTED_WRITER_FEATURES
 
 
 def upgraded(root: Path, protocol: dict) -> DeltaTable:

@@ -27,16 +27,16 @@ from airflow_provider_delta.log import (
     UnsupportedFeatureError,
     add_file_from_parquet,
 )
-from airflow_provider_delta.log.actions import FileFields
-from airflow_provider_delta.log.checkpoint import checkpoint_table
-from airflow_provider_delta.log.snapshot import load_snapshot, update_snapshot
-from airflow_provider_delta.log.vacuum import (
+from airflow_provider_delta.log.actions.actions import FileFields
+from airflow_provider_delta.log.maintenance.vacuum import (
     VACUUM_FIELDS,
     RetentionTooShortError,
     VacuumReport,
     is_hidden,
     vacuum,
 )
+from airflow_provider_delta.log.snapshot.checkpoint import checkpoint_table
+from airflow_provider_delta.log.snapshot.snapshot import load_snapshot, update_snapshot
 
 GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden"
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])

@@ -19,14 +19,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, read_table, write
-from airflow_provider_delta.log.errors import (
+from airflow_provider_delta.log.base.errors import (
     ConstraintViolationError,
     IdentityColumnError,
     InvalidCommitError,
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from airflow_provider_delta.log.sql_parser import UnsupportedExpressionError
+from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError
 
 SEED = 20261125
 
@@ -343,7 +343,7 @@ def test_struct_fields_match_by_name_in_any_order_as_delta_spark_merges_schemas(
 def test_a_missing_non_nullable_nested_field_is_refused_by_its_path():
     """Delta Spark refuses data that lacks a NOT NULL field of a struct (not inside arrays or maps, where it
     does not check NOT NULL): writing it as null would break the constraint."""
-    from airflow_provider_delta.log.schema_enforcement import match_schema
+    from airflow_provider_delta.log.schema.schema_enforcement import match_schema
 
     def struct(*fields):
         return {"type": "struct", "fields": [

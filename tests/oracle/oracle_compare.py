@@ -217,7 +217,7 @@ def compare_step(m: Mismatches, oracle: Oracle, spark: Any, path: str, version: 
 
 def compare_detail(m: Mismatches, detail: dict[str, Any], snap: Any, where: str) -> None:
     """``DESCRIBE DETAIL`` (Delta Spark's public view of the latest version) against our snapshot."""
-    from airflow_provider_delta.log.protocol import reader_features, writer_features
+    from airflow_provider_delta.log.features.protocol import reader_features, writer_features
 
     features = set(reader_features(snap.protocol)) | set(writer_features(snap.protocol))
     m.diff(where, "DETAIL id", detail["id"], snap.metadata.id)

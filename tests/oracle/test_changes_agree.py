@@ -18,7 +18,7 @@ from oracle_client import Oracle, OracleError
 from test_row_changes_agree import create_empty as _create
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import IncompatibleSchemaChangeError
+from airflow_provider_delta.log.base.errors import IncompatibleSchemaChangeError
 
 SEED = int(os.environ.get("CHANGES_SEED", "1616"))
 STEPS = int(os.environ.get("CHANGES_STEPS", "8"))

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from oracle_client import Oracle
 
 from airflow_provider_delta.log import AddFile, DeltaTable, add_file_from_parquet
-from airflow_provider_delta.log.deletion_vectors import (
+from airflow_provider_delta.log.files.deletion_vectors import (
     DeletionVectorDescriptor,
     decode_bitmap,
     deleted_rows,

@@ -34,11 +34,11 @@ from oracle_client import Oracle
 from oracle_compare import Mismatches, compare_step
 
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
-from airflow_provider_delta.log.clustering import clustering_columns, logical_names
-from airflow_provider_delta.log.identity import IdentityValues, columns_to_generate, identity_columns
-from airflow_provider_delta.log.row_tracking import high_water_mark
-from airflow_provider_delta.log.schema import delta_schema_to_arrow
-from airflow_provider_delta.log.variant import VARIANT, from_python
+from airflow_provider_delta.log.features.clustering import clustering_columns, logical_names
+from airflow_provider_delta.log.features.identity import IdentityValues, columns_to_generate, identity_columns
+from airflow_provider_delta.log.features.row_tracking import high_water_mark
+from airflow_provider_delta.log.schema.schema import delta_schema_to_arrow
+from airflow_provider_delta.log.schema.variant import VARIANT, from_python
 
 DEFAULTS = "spark.databricks.delta.properties.defaults."
 IDENTITY = "id BIGINT GENERATED ALWAYS AS IDENTITY (START WITH 10 INCREMENT BY 5)"

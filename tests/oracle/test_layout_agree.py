@@ -33,10 +33,10 @@ from oracle_zorder import (
 )
 
 from airflow_provider_delta.log import AddFile, ConcurrentModificationError, DeltaTable, add_file_from_parquet
-from airflow_provider_delta.log.errors import RestoreMissingFilesError
-from airflow_provider_delta.log.optimize_commit import commit_batch, finished_adds
-from airflow_provider_delta.log.optimize_plan import Bin, OptimizePlan, plan_optimize
-from airflow_provider_delta.log.snapshot import Snapshot
+from airflow_provider_delta.log.base.errors import RestoreMissingFilesError
+from airflow_provider_delta.log.maintenance.optimize_commit import commit_batch, finished_adds
+from airflow_provider_delta.log.maintenance.optimize_plan import Bin, OptimizePlan, plan_optimize
+from airflow_provider_delta.log.snapshot.snapshot import Snapshot
 from airflow_provider_delta.spark.optimize import write_bins
 
 # The history both RESTOREs start from; the comment is the version each statement makes.

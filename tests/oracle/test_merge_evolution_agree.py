@@ -23,8 +23,8 @@ from oracle_client import Oracle, OracleError
 from oracle_compare import our_rows
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import DeltaError
-from airflow_provider_delta.log.identity import identity_columns
+from airflow_provider_delta.log.base.errors import DeltaError
+from airflow_provider_delta.log.features.identity import identity_columns
 from airflow_provider_delta.spark import merge, update
 
 BASE = "(id BIGINT, v INT, s STRING)"

@@ -18,7 +18,7 @@ import pytest
 from oracle_client import Oracle
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import ConcurrentModificationError
+from airflow_provider_delta.log.base.errors import ConcurrentModificationError
 from airflow_provider_delta.spark import delete, merge, row_changes, update
 
 SOURCE = "SELECT id, 7 AS v, 'new' AS s, 'b' AS p FROM range(1000, 1003)"

@@ -12,13 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import (
+from airflow_provider_delta.log.base.errors import (
     ConstraintViolationError,
     IdentityColumnError,
     SchemaMismatchError,
 )
-from airflow_provider_delta.log.expressions import ColumnNotFoundError
-from airflow_provider_delta.log.identity import identity_columns
+from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.features.identity import identity_columns
 from airflow_provider_delta.spark import merge, read, update, write
 
 

@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import (
+from airflow_provider_delta.log.base.errors import (
     InvalidCommitError,
     InvalidConditionError,
     MergeCardinalityError,
 )
-from airflow_provider_delta.log.expressions import ColumnNotFoundError
+from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
 from airflow_provider_delta.spark import delete, merge, read, update, write
 
 DV_CDF = {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"}

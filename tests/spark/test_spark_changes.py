@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.errors import ChangeRangeError, IncompatibleSchemaChangeError
+from airflow_provider_delta.log.base.errors import ChangeRangeError, IncompatibleSchemaChangeError
 from airflow_provider_delta.spark import read_changes
 
 CDF = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from spark_helpers import bitmap_array, dv_file, z85_encode
 
-from airflow_provider_delta.log.deletion_vectors import (
+from airflow_provider_delta.log.base.errors import UnsupportedFeatureError
+from airflow_provider_delta.log.files.deletion_vectors import (
     DeletionVectorError,
     decode_bitmap,
     deleted_rows,
     dv_file_path,
     z85_decode,
 )
-from airflow_provider_delta.log.errors import UnsupportedFeatureError
 
 
 def test_z85_round_trip():

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, UnsupportedFeatureError
-from airflow_provider_delta.log.errors import IdentityColumnError
-from airflow_provider_delta.log.identity import identity_columns
+from airflow_provider_delta.log.base.errors import IdentityColumnError
+from airflow_provider_delta.log.features.identity import identity_columns
 from airflow_provider_delta.spark import read, write
 
 

@@ -18,7 +18,7 @@ import pytest
 from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Table
 
 from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
-from airflow_provider_delta.log.errors import ZOrderColumnError
+from airflow_provider_delta.log.base.errors import ZOrderColumnError
 from airflow_provider_delta.spark import optimize, write
 from airflow_provider_delta.spark.read import SLICE_BYTES, read_slices, task_frame
 

@@ -19,7 +19,7 @@ import pytest
 from spark_helpers import kernel_rows, rows
 
 from airflow_provider_delta.log import DeltaTable, read_table
-from airflow_provider_delta.log.errors import InvalidCommitError
+from airflow_provider_delta.log.base.errors import InvalidCommitError
 from airflow_provider_delta.spark import (
     ConstraintViolationError,
     SchemaMismatchError,

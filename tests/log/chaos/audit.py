@@ -19,9 +19,9 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_delta.log import DeltaTable, VersionNotFoundError
-from airflow_provider_delta.log.replay import CheckpointReadError, TableState, replay
-from airflow_provider_delta.log.segment import SegmentBuilder, commit_version, group_checkpoints
-from airflow_provider_delta.log.storage import LogStore
+from airflow_provider_delta.log.files.segment import SegmentBuilder, commit_version, group_checkpoints
+from airflow_provider_delta.log.files.storage import LogStore
+from airflow_provider_delta.log.snapshot.replay import CheckpointReadError, TableState, replay
 
 from .data import batch_rows, read_snapshot_rows
 from .faults import InjectedFault

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from azure.core.exceptions import ResourceNotFoundError
 
-from airflow_provider_delta.log.storage import LogStore
+from airflow_provider_delta.log.files.storage import LogStore
 
 # A file that is gone: adlfs raises Azure's own error (not FileNotFoundError) when a blob disappears between
 # opening it and reading a range of it, e.g. when VACUUM deletes a file whose footer is being read.

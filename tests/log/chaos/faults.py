@@ -30,7 +30,7 @@ from typing import Any
 
 from airflow_provider_delta import log as core
 from airflow_provider_delta.log import storage
-from airflow_provider_delta.log.storage import LogStore
+from airflow_provider_delta.log.files.storage import LogStore
 
 
 class InjectedFault(Exception):

@@ -1,0 +1,1 @@
+"""the spec's actions as dataclasses, their Arrow shapes, commitInfo, and a commit's bytes."""

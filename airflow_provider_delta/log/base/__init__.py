@@ -1,0 +1,1 @@
+"""what every module may use: the named errors, argument checks, Arrow helpers, secret forms."""

@@ -1,0 +1,1 @@
+"""deltalog, the command line over the facade."""

@@ -1,0 +1,1 @@
+"""committing: the transaction, its committer, conflict checks and writer rules."""

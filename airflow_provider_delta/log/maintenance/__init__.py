@@ -1,0 +1,1 @@
+"""OPTIMIZE and Z-order, VACUUM, RESTORE and log cleanup."""

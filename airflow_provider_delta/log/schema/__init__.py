@@ -1,0 +1,1 @@
+"""Delta types and Arrow, column mapping, partition values and statistics of data files."""
