@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, Metadata, VersionNotFoundError
-from airflow_provider_delta.log import replay as replay_module
 from airflow_provider_delta.log.base.errors import (
     ChangeDataNotRecordedError,
     ChangeRangeError,
@@ -26,6 +25,7 @@ from airflow_provider_delta.log.base.errors import (
     IncompatibleSchemaChangeError,
 )
 from airflow_provider_delta.log.schema.schema_evolution import schema_break
+from airflow_provider_delta.log.snapshot import replay as replay_module
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("p", pa.string())])
 CDF = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}

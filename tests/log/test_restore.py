@@ -26,9 +26,9 @@ from airflow_provider_delta.log import (
     Protocol,
     add_file_from_parquet,
 )
-from airflow_provider_delta.log import restore as restore_module
 from airflow_provider_delta.log.base.errors import RestoreMissingFilesError, RestoreTargetError
 from airflow_provider_delta.log.features.protocol import merge_protocols
+from airflow_provider_delta.log.maintenance import restore as restore_module
 from airflow_provider_delta.log.maintenance.restore import restored_metadata
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string())])

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import stats as schema_module
+from airflow_provider_delta.log.schema import stats as schema_module
 from airflow_provider_delta.log.schema.partition_values import (
     parse_partition_value,
     parse_partition_values,

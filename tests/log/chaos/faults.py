@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_delta import log as core
-from airflow_provider_delta.log import storage
+from airflow_provider_delta.log.files import storage
 from airflow_provider_delta.log.files.storage import LogStore
 
 
