@@ -22,7 +22,6 @@ from .base.arguments import bool_arg, int_arg, str_arg, str_map_arg
 from .changes.changes import Bound, Changes, read_changes
 from .commits.transaction import CommitResult, Transaction
 from .features.creation import initial_actions
-from .features.properties import ict_enablement_version
 from .files.last_checkpoint import LastCheckpoint
 from .files.storage import LogStore
 from .maintenance.cleanup import cleanup_expired_logs
@@ -90,7 +89,7 @@ class DeltaTable(TableContext):
         return read_history(self.store, self._ict_from(), int_arg(limit, "limit", minimum=0, optional=True))
 
     def _ict_from(self) -> int | None:
-        return ict_enablement_version(self.snapshot().metadata.configuration)
+        return self.snapshot().table_configuration.in_commit_timestamps_from
 
     def locate_app_transaction(self, app_id: str, at_version: int) -> int:
         """The version whose commit recorded the current ``txn`` of ``app_id`` (scanning back from

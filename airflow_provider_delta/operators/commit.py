@@ -26,12 +26,13 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import AddFile, add_file_from_parquet
+from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, record_commit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_delta.log import CommitResult, DeltaTable, Snapshot
+    from airflow_provider_delta.log import CommitResult, Snapshot
 
 MODES = ("append", "overwrite")
 
@@ -63,7 +64,7 @@ def partition_values_from_path(path: str, partition_columns: Sequence[str]) -> d
     return {c: found[c] for c in partition_columns}
 
 
-class DeltaCommitOperator(BaseOperator):
+class DeltaCommitOperator(BaseOperator, DeltaHookMixin):
     """Commit Parquet files already written under a Delta table's root, exactly once per interval.
 
     :param table_uri: the table root. Templated.
@@ -115,11 +116,6 @@ class DeltaCommitOperator(BaseOperator):
         self.delta_conn_id = delta_conn_id
         self.constraints_checked = constraints_checked
 
-    def _table(self) -> DeltaTable:
-        from airflow_provider_delta.hooks.delta import DeltaHook
-
-        return DeltaHook(self.delta_conn_id).get_table(self.table_uri)
-
     def _adds(self, snap: Snapshot) -> list[AddFile]:
         adds = []
         for item in self.files or []:
@@ -143,7 +139,7 @@ class DeltaCommitOperator(BaseOperator):
 
     @redact_errors
     def execute(self, context: Context) -> int:
-        table = self._table()
+        table = self.delta_table()
         app_id = self.app_id or default_app_id(context)
         app_version = int(self.app_version)
         txn = table.transaction()

@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import DeltaTable, InvalidCommitError, TableNotFoundError
 from airflow_provider_delta.log.schema.schema import arrow_schema_to_delta
+from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def create_on(
     )
 
 
-class DeltaCreateTableOperator(BaseOperator):
+class DeltaCreateTableOperator(BaseOperator, DeltaHookMixin):
     """Create a Delta table; with ``exist_ok``, accept an existing table of the same shape.
 
     Returns (and pushes to XCom) the table's version: 0 when created, the latest when it existed.
@@ -140,14 +141,9 @@ class DeltaCreateTableOperator(BaseOperator):
         self.exist_ok = exist_ok
         self.delta_conn_id = delta_conn_id
 
-    def _table(self) -> DeltaTable:
-        from airflow_provider_delta.hooks.delta import DeltaHook
-
-        return DeltaHook(self.delta_conn_id).get_table(self.table_uri)
-
     @redact_errors
     def execute(self, context: Context) -> int:
-        table = self._table()
+        table = self.delta_table()
         schema = delta_schema(self.schema)
         partition_by = list(self.partition_by or [])
         existing = self._existing(table)

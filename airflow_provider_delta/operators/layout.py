@@ -19,7 +19,7 @@ from airflow.sdk import BaseHook
 from airflow_provider_delta.extras import require
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log.maintenance.optimize import describe
-from airflow_provider_delta.operators.maintenance import _int_or_none, _TableOperator
+from airflow_provider_delta.operators.base import DeltaBaseOperator, int_or_none
 from airflow_provider_delta.operators.spark import spark_settings
 from airflow_provider_delta.ui.links import record_commit
 
@@ -39,7 +39,7 @@ def _flag(value: bool | str) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "1", "yes")
 
 
-class DeltaRestoreOperator(_TableOperator):
+class DeltaRestoreOperator(DeltaBaseOperator):
     """Restore a table to an earlier version, or to the version current at a timestamp, in one new commit
     (Delta's RESTORE: the files of that version come back, later ones are removed, its metadata returns;
     the protocol is never downgraded). Nothing is deleted: every version stays readable by time travel.
@@ -83,11 +83,11 @@ class DeltaRestoreOperator(_TableOperator):
 
     @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
-        version = _int_or_none(self.version)
+        version = int_or_none(self.version)
         timestamp = None if self.timestamp in (None, "", "None") else self.timestamp
         if isinstance(timestamp, str) and timestamp.strip().lstrip("-").isdigit():
             timestamp = int(timestamp)
-        table = self._table()
+        table = self.delta_table()
         result = table.restore(
             version, timestamp,
             enforce_retention_duration=_flag(self.enforce_retention_duration),
@@ -119,7 +119,7 @@ class ProgressLog:
             self.log.info("%s", text)
 
 
-class DeltaOptimizeOperator(_TableOperator):
+class DeltaOptimizeOperator(DeltaBaseOperator):
     """OPTIMIZE a table as Delta Spark does: compact small files into files of the target size, or Z-order
     them by ``zorder_by`` (a clustered table is clustered by its own columns). Rows, row ids, statistics
     and column mapping are kept; the commit (``dataChange=false``) never conflicts with concurrent appends.
@@ -191,7 +191,7 @@ class DeltaOptimizeOperator(_TableOperator):
 
     @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
-        table = self._table()
+        table = self.delta_table()
         engine = self._engine(table)
         progress = ProgressLog(self.log, self.progress_interval)
         options: dict[str, Any] = {
@@ -233,11 +233,7 @@ class DeltaOptimizeOperator(_TableOperator):
         if self.spark_conn_id:
             master, conn_conf = spark_settings(BaseHook.get_connection(self.spark_conn_id))
             conf = {**conn_conf, **conf}
-        storage_options: dict[str, Any] = {}
-        if self.delta_conn_id:
-            from airflow_provider_delta.hooks.delta import DeltaHook
-
-            storage_options = DeltaHook(self.delta_conn_id).storage_options(self.table_uri)
+        storage_options = self.table_storage_options()
         existing = SparkSession.getActiveSession()
         self.log.info("Spark session on %s", master)
         spark = spark_session(master, conf)

@@ -11,48 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
 from airflow_provider_delta.hooks.secrets import redact_errors
-from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
+from airflow_provider_delta.operators.base import DeltaBaseOperator, int_or_none
+from airflow_provider_delta.ui.links import record_commit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_delta.log import DeltaTable
 
 # A VACUUM can delete millions of files: XCom gets the first of them, ``num_files`` counts them all.
 XCOM_FILE_LIMIT = 1000
 
 
-def _int_or_none(value: int | str | None) -> int | None:
-    return None if value in (None, "", "None") else int(value)
-
-
-class _TableOperator(BaseOperator):
-    """The Airflow glue the maintenance operators share: a templated table URI, the hook's handle, and the
-    ``delta_commit`` record (the table's version after the task) behind the "Delta table" link."""
-
-    template_fields: Sequence[str] = ("table_uri",)
-    operator_extra_links = (DeltaTableLink(),)
-    ui_color = "#00add4"
-
-    def __init__(self, *, table_uri: str, delta_conn_id: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.table_uri = table_uri
-        self.delta_conn_id = delta_conn_id
-
-    def _table(self) -> DeltaTable:
-        from airflow_provider_delta.hooks.delta import DeltaHook
-
-        return DeltaHook(self.delta_conn_id).get_table(self.table_uri)
-
-    def _record(self, context: Context, table: DeltaTable, operation: str) -> None:
-        record_commit(context, self.table_uri, table.version(), delta_conn_id=self.delta_conn_id,
-                      operation=operation)  # fmt: skip
-
-
-class DeltaCheckpointOperator(_TableOperator):
+class DeltaCheckpointOperator(DeltaBaseOperator):
     """Write a checkpoint of a table and point ``_last_checkpoint`` at it.
 
     Classic single-file by default, multi-part with ``parts`` (or when the table's
@@ -83,8 +54,8 @@ class DeltaCheckpointOperator(_TableOperator):
 
     @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
-        table = self._table()
-        pointer = table.checkpoint(_int_or_none(self.version), _int_or_none(self.parts))
+        table = self.delta_table()
+        pointer = table.checkpoint(int_or_none(self.version), int_or_none(self.parts))
         record_commit(context, self.table_uri, pointer.version, delta_conn_id=self.delta_conn_id,
                       operation="CHECKPOINT")  # fmt: skip
         self.log.info(
@@ -115,7 +86,7 @@ def _progress_logger(log: Any, uri: str, step: int = 10) -> Callable[[int, int],
     return progress
 
 
-class DeltaVacuumOperator(_TableOperator):
+class DeltaVacuumOperator(DeltaBaseOperator):
     """Delete data files that no version within the retention needs (Delta's VACUUM).
 
     Returns a dict: ``num_files`` and ``bytes`` deleted (or, with ``dry_run``, that would be), ``files``
@@ -151,7 +122,7 @@ class DeltaVacuumOperator(_TableOperator):
     @redact_errors
     def execute(self, context: Context) -> dict[str, Any]:
         hours = None if self.retention_hours in (None, "", "None") else float(self.retention_hours)
-        table = self._table()
+        table = self.delta_table()
         report = table.vacuum(
             retention_hours=hours,
             dry_run=self.dry_run,
@@ -167,7 +138,7 @@ class DeltaVacuumOperator(_TableOperator):
         if report.dry_run:
             for path in report.files[:100]:
                 self.log.info("  %s", path)
-        self._record(context, table, "VACUUM DRY RUN" if report.dry_run else "VACUUM END")
+        self.record_version(context, table, "VACUUM DRY RUN" if report.dry_run else "VACUUM END")
         return {
             "num_files": len(report.files),
             "bytes": report.bytes,
@@ -178,7 +149,7 @@ class DeltaVacuumOperator(_TableOperator):
         }
 
 
-class DeltaLogCleanupOperator(_TableOperator):
+class DeltaLogCleanupOperator(DeltaBaseOperator):
     """Delete ``_delta_log`` files older than ``delta.logRetentionDuration`` (default 30 days) that no
     retained version needs: only those before the newest checkpoint old enough to be past the retention.
 
@@ -191,8 +162,8 @@ class DeltaLogCleanupOperator(_TableOperator):
 
     @redact_errors
     def execute(self, context: Context) -> list[str]:
-        table = self._table()
+        table = self.delta_table()
         deleted = table.cleanup_expired_logs()
-        self._record(context, table, "LOG CLEANUP")
+        self.record_version(context, table, "LOG CLEANUP")
         self.log.info("log cleanup of %s: deleted %d expired log files", self.table_uri, len(deleted))
         return deleted

@@ -25,6 +25,7 @@ from airflow.sdk import Asset, BaseHook, BaseOperator
 
 from airflow_provider_delta.extras import require
 from airflow_provider_delta.hooks.secrets import redact_errors
+from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.operators.commit import MODES, default_app_id, table_asset
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
@@ -67,7 +68,7 @@ def spark_settings(conn: Any) -> tuple[str, dict[str, str]]:
     return master, conf
 
 
-class _DeltaSparkOperator(BaseOperator):
+class _DeltaSparkOperator(BaseOperator, DeltaHookMixin):
     """What the Spark operators share: the session (local, a master URL or a ``spark`` connection), the
     table's storage options, the task's exactly-once key, and the commit's metrics, XCom and outlet event."""
 
@@ -102,13 +103,6 @@ class _DeltaSparkOperator(BaseOperator):
         master, conf = spark_settings(BaseHook.get_connection(self.spark_conn_id))
         return master, {**conf, **self.spark_conf}
 
-    def _storage_options(self) -> dict[str, Any]:
-        if not self.delta_conn_id:
-            return {}
-        from airflow_provider_delta.hooks.delta import DeltaHook
-
-        return DeltaHook(self.delta_conn_id).storage_options(self.table_uri)
-
     def _in_session(self, work: Callable[[SparkSession], Any]) -> Any:
         """``work(spark)`` in the task's session, stopped afterwards unless it was there before."""
         require("pyspark")
@@ -139,10 +133,9 @@ class _DeltaSparkOperator(BaseOperator):
 
     def _metrics(self, version: int) -> dict[str, Any]:
         """The operationMetrics recorded in the commit's commitInfo."""
-        from airflow_provider_delta.hooks.delta import DeltaHook
         from airflow_provider_delta.log.snapshot.history import read_commit_info
 
-        store = DeltaHook(self.delta_conn_id).get_table(self.table_uri).store
+        store = self.delta_table().store
         return dict((read_commit_info(store, version) or {}).get("operationMetrics") or {})
 
 
@@ -206,7 +199,7 @@ class DeltaSparkWriteOperator(_DeltaSparkOperator):
         from airflow_provider_delta.spark.write import write
 
         app_id, app_version = self._key(context)
-        options = self._storage_options()
+        options = self.table_storage_options()
 
         def work(spark: SparkSession) -> Any:
             return write(
@@ -337,7 +330,7 @@ class DeltaSparkMergeOperator(_DeltaSparkOperator):
         from airflow_provider_delta.spark.merge import merge
 
         app_id, app_version = self._key(context)
-        options = self._storage_options()
+        options = self.table_storage_options()
 
         def work(spark: SparkSession) -> Any:
             builder = merge(self.source_callable(spark, context), self.table_uri, self.on, app_id=app_id,

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_provider_delta.hooks.delta import DeltaHook, rows_of
+from airflow_provider_delta.hooks.delta import rows_of
 from airflow_provider_delta.hooks.secrets import redact_errors
+from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.operators.commit import MODES, default_app_id, table_asset
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class DeltaWriteOperator(BaseOperator):
+class DeltaWriteOperator(BaseOperator, DeltaHookMixin):
     """Write rows to a Delta table (created on the first write) as one exactly-once commit.
 
     :param table_uri: the table root. Templated.
@@ -90,7 +91,7 @@ class DeltaWriteOperator(BaseOperator):
 
     @redact_errors
     def execute(self, context: Context) -> int:
-        table = DeltaHook(self.delta_conn_id).get_table(self.table_uri)
+        table = self.delta_table()
         app_id = self.app_id or default_app_id(context)
         app_version = int(self.app_version)
         rows = rows_of(self.python_callable(context) if self.python_callable is not None else self.data)

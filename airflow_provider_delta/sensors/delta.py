@@ -20,6 +20,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log.commits.tail import NO_TABLE, VersionCondition, current_version, observe
+from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.triggers.delta import DeltaVersionTrigger
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def _as_int(value: int | str | None) -> int | None:
     return None if value in (None, "") else int(value)
 
 
-class DeltaVersionSensor(BaseSensorOperator):
+class DeltaVersionSensor(BaseSensorOperator, DeltaHookMixin):
     """Wait until a Delta table reaches a version, gets a new version, or records an app transaction.
 
     Set one of ``min_version``, ``app_id`` (with ``app_version``); with neither, the sensor waits for any
@@ -92,11 +93,6 @@ class DeltaVersionSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self._cursor: int | None = None
 
-    def _table(self):
-        from airflow_provider_delta.hooks.delta import DeltaHook
-
-        return DeltaHook(self.delta_conn_id).get_table(self.table_uri)
-
     def _condition(self, context: Context) -> VersionCondition:
         if self.app_id:
             return VersionCondition(app_id=self.app_id, app_version=_as_int(self.app_version))
@@ -117,7 +113,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         stored = store.get(BASELINE_KEY)
         if stored is not None:
             return int(stored)
-        version = current_version(self._table())
+        version = current_version(self.delta_table())
         store.set(BASELINE_KEY, version)
         if version == NO_TABLE:
             self.log.info("No Delta table at %s yet: its first commit is the change awaited", self.table_uri)
@@ -143,7 +139,7 @@ class DeltaVersionSensor(BaseSensorOperator):
 
     @redact_errors
     def poke(self, context: Context) -> PokeReturnValue:
-        seen = observe(self._table(), self._condition(context), self._cursor)
+        seen = observe(self.delta_table(), self._condition(context), self._cursor)
         if seen.cursor == NO_TABLE and self._cursor is None:
             self.log.info("No Delta table at %s yet: waiting for it to be created", self.table_uri)
         self._cursor = seen.cursor  # later pokes look only past it: one request while idle
@@ -154,7 +150,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         if not self.deferrable:
             return self._done(context, super().execute(context))
         condition = self._condition(context)
-        seen = observe(self._table(), condition, None)
+        seen = observe(self.delta_table(), condition, None)
         if seen.satisfied:
             return self._done(context, seen.version)
         self.defer(

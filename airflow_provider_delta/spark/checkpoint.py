@@ -35,11 +35,7 @@ from airflow_provider_delta.log.actions.actions import (
     SetTransaction,
 )
 from airflow_provider_delta.log.base.errors import UnsupportedFeatureError
-from airflow_provider_delta.log.features.properties import (
-    DELETED_FILE_RETENTION,
-    SET_TRANSACTION_RETENTION,
-    interval_property_ms,
-)
+from airflow_provider_delta.log.features.configuration import TableConfiguration
 from airflow_provider_delta.log.features.protocol import check_read_supported
 from airflow_provider_delta.log.files.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from airflow_provider_delta.log.files.segment import LogSegment, SegmentBuilder, read_last_checkpoint
@@ -104,18 +100,18 @@ def checkpoint_with_spark(
     actions = _read_actions(spark, table_uri, options, segment).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         small = _small_actions(actions, segment.version, table_uri, now)
-        cfg = small.metadata.configuration
-        if cfg.get("delta.checkpointPolicy", "classic").lower() == "v2":
+        config = TableConfiguration(small.protocol, small.metadata)
+        if config.checkpoint_policy == "v2":
             raise UnsupportedFeatureError(
                 "checkpoint_with_spark writes classic checkpoints; this table asks for V2 ones "
                 "(delta.checkpointPolicy=v2): use DeltaTable.checkpoint()",
                 features=("v2Checkpoint",),
             )
-        files = _reconciled_files(actions, now - (interval_property_ms(cfg, DELETED_FILE_RETENTION) or 0))
+        files = _reconciled_files(actions, now - config.deleted_file_retention_ms)
         n_parts = parts
         if not n_parts:  # as the core: one part per delta.checkpoint.partSize actions
             total = files.count() + 2 + len(small.txns) + len(small.domains)
-            n_parts = max(1, math.ceil(total / int(cfg.get("delta.checkpoint.partSize", DEFAULT_PART_SIZE))))
+            n_parts = max(1, math.ceil(total / (config.checkpoint_part_size or DEFAULT_PART_SIZE)))
         written = _write_parts(files, n_parts, segment.version, table_uri, options, small)
     finally:
         actions.unpersist()
@@ -243,7 +239,7 @@ def _small_actions(actions: Any, version: int, table_uri: str, now: int) -> Smal
     check_read_supported(protocol, where=where)
     latest = F.max_by("txn", F.struct("version", "ord")).alias("t")
     txn_rows = actions.where("txn IS NOT NULL").groupBy("txn.appId").agg(latest).select("t.*").collect()
-    retention = interval_property_ms(metadata.configuration, SET_TRANSACTION_RETENTION)
+    retention = TableConfiguration(protocol, metadata).set_transaction_retention_ms
     txns = {
         r["appId"]: SetTransaction(r["appId"], r["version"], r["lastUpdated"])
         for r in txn_rows

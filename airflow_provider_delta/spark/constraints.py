@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_delta.log.base.errors import ConstraintViolationError
 from airflow_provider_delta.log.expressions.table_rules import (
-    CHECK_PREFIX,
     GENERATION,
     INVARIANTS,
     Rule,
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
-    "CHECK_PREFIX", "GENERATION", "INVARIANTS", "ConstraintViolationError", "Rule", "check",
+    "GENERATION", "INVARIANTS", "ConstraintViolationError", "Rule", "check",
     "generated_columns", "quote", "table_rules",
 ]  # fmt: skip
 

@@ -34,9 +34,7 @@ from airflow_provider_delta.log.base.errors import IdentityColumnError, Unsuppor
 from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.features.creation import required_features
 from airflow_provider_delta.log.features.identity import IdentityColumn, identity_columns
-from airflow_provider_delta.log.features.properties import bool_property
-from airflow_provider_delta.log.features.protocol import writer_features
-from airflow_provider_delta.log.schema.schema import column_mapping_mode, decimal_params
+from airflow_provider_delta.log.schema.schema import decimal_params
 
 from .merge_structs import evolved_type
 from .row_changes import analysed
@@ -49,7 +47,6 @@ if TYPE_CHECKING:
     from .target import Target
 
 TYPE_WIDENING = "typeWidening"
-ENABLE_TYPE_WIDENING = "delta.enableTypeWidening"
 TYPE_CHANGES = "delta.typeChanges"
 _INTEGERS = ("byte", "short", "integer", "long")
 
@@ -150,10 +147,11 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
             field["type"] = widened[field["name"]]
     order = {f.name.lower(): i for i, f in enumerate(source.schema.fields)}
     schema["fields"].extend(sorted(new.values(), key=lambda f: order[f["name"].lower()]))
-    config = dict(target.metadata.configuration)
-    if column_mapping_mode(config) != "none":
+    current = target.configuration
+    config = dict(current.properties)
+    if current.column_mapping_mode != "none":
         config = assign_column_mapping(schema, config)
-    missing = sorted(required_features(schema, config) - writer_features(target.snap.protocol))
+    missing = sorted(required_features(schema, config) - current.writer_features)
     if missing:
         raise UnsupportedFeatureError(
             f"the MERGE's evolved schema needs table feature(s) {', '.join(missing)} that {target.where} "
@@ -195,5 +193,5 @@ def _assigned_types(target: Target, probe: DataFrame, values: dict[str, tuple[st
 
 def _widening(target: Target) -> bool:
     """Whether the table lets schema evolution widen types (the property and the feature)."""
-    return bool_property(target.metadata.configuration, ENABLE_TYPE_WIDENING) \
-        and TYPE_WIDENING in writer_features(target.snap.protocol)  # fmt: skip
+    config = target.configuration
+    return config.type_widening_enabled and config.supports(TYPE_WIDENING)

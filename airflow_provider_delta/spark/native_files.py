@@ -27,17 +27,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log.schema.file_layout import HIVE_NULL
 from airflow_provider_delta.log.schema.partition_values import (
     parse_partition_value,
     serialize_partition_value,
 )
-from airflow_provider_delta.log.schema.schema import column_mapping_mode, decimal_params
-from airflow_provider_delta.log.schema.stats import file_stats
-
-from .data_files import HIVE_NULL, WritePlan
+from airflow_provider_delta.log.schema.schema import decimal_params
+from airflow_provider_delta.log.writes.write_plan import WritePlan
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from airflow_provider_delta.log.files.storage import LogStore
 
@@ -78,8 +77,10 @@ def native_write_blocker(plan: WritePlan, store: LogStore) -> str | None:
         return "native writes are switched off (native_files.NATIVE_WRITES)"
     if store.protocol not in _LOCAL:
         return f"storage {store.protocol!r}: the staging folder is renamed, which needs a local file system"
-    if column_mapping_mode(plan.configuration) != "none":
+    if plan.config.column_mapping_mode != "none":
         return "column mapping: files need physical names and Parquet field ids"
+    if plan.layout.data_page_version != "1.0":
+        return "delta.parquet.format.version 2: Spark's DataPageV2 files are not checked here"
     partitions = {c.lower() for c in plan.partition_columns}
     if all(field["name"].lower() in partitions for field in plan.schema["fields"]):
         return "every column is a partition column: Spark's writer needs a column to put in the files"
@@ -117,12 +118,14 @@ def _partition_type_ok(delta_type: Any) -> bool:
 
 
 # -- writing -----------------------------------------------------------------------------------------------
-def write_native(plan: WritePlan, store: LogStore) -> list[AddFile]:
+def write_native(rows: DataFrame, plan: WritePlan, store: LogStore) -> list[AddFile]:
     """Let Spark write the data files into a staging folder, then move them into the table; their adds."""
     staging = os.path.join(store.root, STAGING_DIR, uuid.uuid4().hex)
+    # The table's codec ("Table Properties": delta.parquet.compression.codec), as Spark names it.
+    codec = {"none": "uncompressed", "lz4": "lz4_raw"}.get(plan.layout.compression, plan.layout.compression)
     try:
-        with _session_conf(plan.df.sparkSession, _WRITE_CONF):
-            writer = plan.df.write.mode("errorifexists").option(
+        with _session_conf(rows.sparkSession, {**_WRITE_CONF, "spark.sql.parquet.compression.codec": codec}):
+            writer = rows.write.mode("errorifexists").option(
                 "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"
             )
             if plan.partition_columns:
@@ -208,5 +211,5 @@ def _add(staging: str, rel_path: str, values: dict[str, str | None], plan: Write
         partition_values=values,
         modification_time=info.st_mtime_ns // 1_000_000,
         data_change=True,
-        stats=file_stats(footer, plan.schema, plan.configuration, plan.partition_columns),
+        stats=plan.layout.stats(footer),
     )

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from airflow_provider_delta.log.schema.schema import column_mapping_mode, decimal_params
+from airflow_provider_delta.log.schema.schema import decimal_params
 
 from .schema import spark_schema_of
 
@@ -50,7 +50,7 @@ def native_read_blocker(target: Target, files: pa.Table, columns: Sequence[str])
         return "no files"
     if target.table.store.protocol not in _LOCAL:
         return f"storage {target.table.store.protocol!r}"
-    if column_mapping_mode(md.configuration) != "none":
+    if target.configuration.column_mapping_mode != "none":
         return "column mapping"
     if target.kept:
         return "row tracking"

@@ -52,10 +52,9 @@ from airflow_provider_delta.log.maintenance.optimize_commit import (
 )
 from airflow_provider_delta.log.maintenance.optimize_plan import Bin, OptimizePlan, plan_optimize
 from airflow_provider_delta.log.maintenance.space_filling_curves import curve_keys, part_ids
-from airflow_provider_delta.log.scans.scan_file import ROW_ID_COLUMN, ROW_VERSION_COLUMN, ReadSpec
-from airflow_provider_delta.log.schema.schema import column_mapping_mode
+from airflow_provider_delta.log.scans.scan_file import ReadSpec
+from airflow_provider_delta.log.writes.write_plan import rewrite_plan
 
-from .data_files import WritePlan
 from .read import TASK_COLUMNS, read_slices, scan_files, task_frame, with_metadata_schema
 from .schema import spark_schema_of
 from .session import default_parallelism
@@ -157,10 +156,8 @@ def _run_bin(
         rows = rows.repartition(1) if many else rows.coalesce(1)
     else:
         rows = clustered(spark, rows, plan, bin_)
-    md = snap.metadata
-    write_plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns),
-                           hidden_columns=kept or ())
-    return write_table_files(write_plan, table, storage_options)
+    write_plan = rewrite_plan(snap.table_configuration, f"table {table.uri}", hidden_columns=kept or ())
+    return write_table_files(rows, write_plan, table, storage_options)
 
 
 def bin_rows(
@@ -180,11 +177,13 @@ def bin_rows(
     metadata = ROW_TRACKING_FIELDS if kept else ()
     spark_schema = with_metadata_schema(spark_schema_of(md.schema), snap, metadata)
     names = tuple(f["name"] for f in md.schema["fields"])
+    config = snap.table_configuration
     spec = ReadSpec(
-        schema=md.schema, mode=column_mapping_mode(md.configuration),
+        schema=md.schema, mode=config.column_mapping_mode,
         partition_columns=tuple(md.partition_columns), columns=names, read_columns=names, metadata=metadata,
-        row_id_column=md.configuration.get(ROW_ID_COLUMN),
-        row_version_column=md.configuration.get(ROW_VERSION_COLUMN), storage_options=dict(storage_options),
+        row_id_column=config.materialized_row_id_column,
+        row_version_column=config.materialized_row_commit_version_column,
+        storage_options=dict(storage_options),
     )  # fmt: skip
     output = to_arrow_schema(spark_schema, timezone="UTC")
     tasks = files.select(TASK_COLUMNS)

@@ -23,15 +23,12 @@ import pyarrow.compute as pc
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.scans.scan import gathered
 from airflow_provider_delta.log.scans.scan_file import (
-    ROW_ID_COLUMN,
-    ROW_VERSION_COLUMN,
     TASK_FIELDS,
     ReadSpec,
     check_metadata_fields,
     file_tasks,
     read_data_file,
 )
-from airflow_provider_delta.log.schema.schema import column_mapping_mode
 
 from .schema import spark_schema_of
 from .session import default_parallelism
@@ -108,13 +105,13 @@ def read_files(
     names = tuple(f["name"] for f in schema["fields"])
     spec = ReadSpec(
         schema=snap.metadata.schema,
-        mode=column_mapping_mode(snap.metadata.configuration),
+        mode=snap.table_configuration.column_mapping_mode,
         partition_columns=tuple(snap.partition_columns),
         columns=names,
         read_columns=names,
         metadata=tuple(metadata),
-        row_id_column=snap.metadata.configuration.get(ROW_ID_COLUMN),
-        row_version_column=snap.metadata.configuration.get(ROW_VERSION_COLUMN),
+        row_id_column=snap.table_configuration.materialized_row_id_column,
+        row_version_column=snap.table_configuration.materialized_row_commit_version_column,
         storage_options=dict(storage_options or {}),
     )
     output = to_arrow_schema(spark_schema, timezone="UTC")

@@ -41,9 +41,9 @@ from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundErr
 from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError
 from airflow_provider_delta.log.scans.scan import Scan
 from airflow_provider_delta.log.schema.partition_values import typed_partition_values
+from airflow_provider_delta.log.writes.write_plan import rewrite_plan
 
-from .constraints import check, generated_columns, quote, table_rules
-from .data_files import WritePlan
+from .constraints import check, generated_columns, quote
 from .merge_structs import conform
 from .native_read import native_read_blocker, native_rows
 from .read import read_files
@@ -290,15 +290,13 @@ def write_rows(target: Target, rows: DataFrame) -> list[AddFile]:
     table's materialized columns; a null there reads as the new file's fresh id and version."""
     from pyspark.sql import functions as F
 
-    md = target.metadata
-    check(rows, table_rules(md.schema, dict(md.configuration)))
     kept = target.kept or ()
+    plan = rewrite_plan(target.configuration, target.where, hidden_columns=kept)
+    check(rows, list(plan.rules))
     if kept:
         rows = rows.select(*[F.col(quote(c)) for c in target.columns], F.col(ROW_ID).alias(kept[0]),
                            F.col(ROW_VERSION).alias(kept[1]))  # fmt: skip
-    plan = WritePlan(rows, md.schema, dict(md.configuration), tuple(md.partition_columns),
-                     hidden_columns=kept)  # fmt: skip
-    return write_table_files(plan, target.table, target.storage_options)
+    return write_table_files(rows, plan, target.table, target.storage_options)
 
 
 def change_rows(target: Target, rows: DataFrame, change_type: str | Column) -> pa.Table:

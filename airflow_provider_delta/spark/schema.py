@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airflow_provider_delta.log.base.errors import SchemaMismatchError
+from airflow_provider_delta.log.features.creation import assign_column_mapping
 from airflow_provider_delta.log.schema.physical_columns import (
     find_field,
     resolve_column,
@@ -18,7 +19,7 @@ from airflow_provider_delta.log.schema.physical_columns import (
     to_physical,
 )
 from airflow_provider_delta.log.schema.schema import delta_type_to_arrow
-from airflow_provider_delta.log.schema.schema_enforcement import assign_column_mapping, match_schema
+from airflow_provider_delta.log.schema.schema_enforcement import match_schema
 
 __all__ = ["SchemaMismatchError", "assign_column_mapping", "find_field", "resolve_column", "to_physical"]
 

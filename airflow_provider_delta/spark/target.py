@@ -13,12 +13,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.log.base.errors import InvalidCommitError
-from airflow_provider_delta.log.commits.change_data import change_data_enabled
-from airflow_provider_delta.log.commits.row_deletion import DELETION_VECTORS, ENABLE_DELETION_VECTORS
-from airflow_provider_delta.log.features.properties import APPEND_ONLY, bool_property
-from airflow_provider_delta.log.features.protocol import check_write_supported, writer_features
+from airflow_provider_delta.log.features.configuration import TableConfiguration
 from airflow_provider_delta.log.features.row_tracking import materialized_columns
+from airflow_provider_delta.log.writes.write_plan import check_rows_changeable
 
 if TYPE_CHECKING:
     from airflow_provider_delta.log import Metadata, Snapshot
@@ -46,17 +43,21 @@ class Target:
         return f"table {self.table.uri}"
 
     @property
+    def configuration(self) -> TableConfiguration:
+        """The configuration rows are written under: the snapshot's, with a MERGE's evolved schema."""
+        if self.metadata is self.snap.metadata:
+            return self.snap.table_configuration
+        return TableConfiguration(self.snap.protocol, self.metadata)
+
+    @property
     def deletion_vectors(self) -> bool:
         """Whether changed rows are marked with deletion vectors (else their files are rewritten), as
         Delta Spark decides: the table allows new vectors."""
-        config = self.snap.metadata.configuration
-        return bool_property(config, ENABLE_DELETION_VECTORS) and DELETION_VECTORS in writer_features(
-            self.snap.protocol
-        )
+        return self.snap.table_configuration.deletion_vectors_enabled
 
     @property
     def change_data(self) -> bool:
-        return change_data_enabled(self.snap.metadata)
+        return self.snap.table_configuration.change_data_feed_property
 
     @property
     def columns(self) -> list[str]:
@@ -78,11 +79,7 @@ def open_target(table_uri: str, storage_options: dict[str, Any] | None, operatio
     DELETE, UPDATE and MERGE on ``delta.appendOnly`` tables)."""
     table = DeltaTable(table_uri, storage_options)
     snap = table.snapshot()
-    where = f"table {table_uri}"
-    check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
-                          where=where)  # fmt: skip
-    if bool_property(snap.metadata.configuration, APPEND_ONLY):
-        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): {operation} is refused")
+    check_rows_changeable(snap.table_configuration, operation, f"table {table_uri}")
     target = Target(table, snap, dict(storage_options or {}), operation)
     _ = target.kept  # a tracked table without materialized column names is refused before any job
     return target

@@ -17,8 +17,6 @@ A failure before step 5 leaves at most unreferenced files, which VACUUM removes.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -26,24 +24,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import AddFile, CommitResult, DeltaTable
-from airflow_provider_delta.log.base.errors import (
-    InvalidCommitError,
-    TableNotFoundError,
-    UnsupportedFeatureError,
-)
-from airflow_provider_delta.log.features.creation import initial_actions, required_features
-from airflow_provider_delta.log.features.identity import IdentityColumn, columns_to_generate, high_water_marks
-from airflow_provider_delta.log.features.properties import APPEND_ONLY, bool_property
-from airflow_provider_delta.log.features.protocol import check_write_supported, writer_features
+from airflow_provider_delta.log.base.errors import SchemaMismatchError, TableNotFoundError
+from airflow_provider_delta.log.features.identity import IdentityColumn, high_water_marks
 from airflow_provider_delta.log.schema.physical_columns import strip_type
-from airflow_provider_delta.log.schema.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
+from airflow_provider_delta.log.writes.write_plan import WritePlan
+from airflow_provider_delta.log.writes.write_plan import plan_write as plan_table_write
 from airflow_provider_delta.log.writes.write_rows import commit_write
 
-from .constraints import Rule, check, generated_columns, table_rules
-from .data_files import ADD_ROW, WritePlan, WriteSpec, write_files
+from .constraints import check, generated_columns
+from .data_files import ADD_ROW, WriteSpec, write_files
 from .merge_structs import conform, is_nested
 from .native_files import native_write_blocker, write_native
-from .schema import SchemaMismatchError, assign_column_mapping, delta_schema_of, enforce, spark_schema_of
+from .schema import delta_schema_of, spark_schema_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,18 +89,18 @@ def write(
         log.info("%s already holds app transaction %s version %s (table version %d): nothing written",
                  table_uri, app_id, app_version, holder)  # fmt: skip
         return CommitResult(holder, already_committed=True, attempts=0)
-    plan = plan_write(df, snap, partition_by, merge_schema, configuration, overwrite=mode == "overwrite")
-    rules = table_rules(plan.schema, plan.configuration)
-    if replace_where is not None:
-        rules.append(Rule("replaceWhere", replace_where, f"NOT coalesce(({replace_where}), false)"))
-    check(plan.df, rules)
+    overwrite = mode == "overwrite"
+    rows, plan = plan_write(df, snap, partition_by, merge_schema, configuration, overwrite=overwrite,
+                            replace_where=replace_where)  # fmt: skip
+    check(rows, list(plan.rules))
     removes: list[AddFile] = []
     if mode == "overwrite" and snap is not None:
         removes = files_to_replace(df.sparkSession, snap, replace_where)
-    adds = write_table_files(plan, table, storage_options or {})
-    generated = columns_to_generate(plan.schema, df.columns, f"table {table_uri}") if snap else []
+    adds = write_table_files(rows, plan, table, storage_options or {})
+    generated = list(plan.identity) if snap is not None else []
     marks = high_water_marks(generated, adds, lambda add: file_footer(table, add)) if generated else {}
-    return _commit(table, snap, plan, adds, removes, mode, replace_where, app_id, app_version, marks)
+    return commit_write(table, snap, plan, adds, removes, mode=mode, replace_where=replace_where,
+                        app_id=app_id, app_version=app_version, identity_marks=marks)  # fmt: skip
 
 
 def file_footer(table: DeltaTable, add: AddFile) -> pq.FileMetaData:
@@ -133,49 +125,23 @@ def plan_write(
     configuration: dict[str, str] | None,
     *,
     overwrite: bool = False,
-) -> WritePlan:
-    """Check the DataFrame against the table (or derive a new table from it) before any job runs."""
-    if snap is None:
-        protocol, metadata = initial_actions(
-            delta_schema_of(df.schema), list(partition_by or []), dict(configuration or {}), None, None
-        )
-        return WritePlan(df, metadata.schema, metadata.configuration, metadata.partition_columns,
-                         protocol, metadata)  # fmt: skip
-    if configuration:
+    replace_where: str | None = None,
+) -> tuple[DataFrame, WritePlan]:
+    """The core's plan of this write (``log.writes.write_plan``: schema, features, rules, file layout),
+    checked before any job runs, and the DataFrame as the table's rows: columns in table order, identity
+    and generated columns computed, missing ones null."""
+    if snap is not None and configuration:
         raise ValueError("configuration only applies when the write creates the table")
-    where = f"table {snap.store.uri}"
-    table_schema = snap.metadata.schema
-    check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
-                          where=where)  # fmt: skip
-    if overwrite and bool_property(snap.metadata.configuration, APPEND_ONLY):
-        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): it cannot be overwritten")
-    if partition_by is not None and list(partition_by) != snap.partition_columns:
-        raise SchemaMismatchError(
-            f"partition_by {list(partition_by)} differs from the partition columns of {where}: "
-            f"{snap.partition_columns}"
-        )
-    targets, merged = enforce(table_schema, df.schema, merge=merge_schema)
-    generated = columns_to_generate(table_schema, targets, where)  # explicit values refused by name
-    schema, config, metadata = table_schema, dict(snap.metadata.configuration), None
-    if merged is not None:
-        if column_mapping_mode(config) != "none":
-            config = assign_column_mapping(merged, config)
-        _check_features(snap, merged, config)
-        schema = merged
-        metadata = dataclasses.replace(
-            snap.metadata, schema_string=json.dumps(merged, separators=(",", ":")), configuration=config
-        )
-    aligned = _align(df.toDF(*targets), schema, set(targets), generated)
-    return WritePlan(aligned, schema, config, tuple(snap.partition_columns), None, metadata)
-
-
-def _check_features(snap: Snapshot, schema: dict, configuration: dict[str, str]) -> None:
-    missing = sorted(required_features(schema, configuration) - writer_features(snap.protocol))
-    if missing:
-        raise UnsupportedFeatureError(
-            f"the merged schema needs table feature(s) {', '.join(missing)} that table {snap.store.uri} "
-            "does not enable", features=tuple(missing),
-        )  # fmt: skip
+    incoming = delta_schema_of(df.schema) if snap is None else df.schema.jsonValue()
+    plan = plan_table_write(
+        snap, incoming, partition_by=partition_by, schema_mode="merge" if merge_schema else None,
+        overwrite=overwrite, configuration=configuration, replace_where=replace_where,
+        what="the DataFrame", option="merge_schema=True",
+    )  # fmt: skip
+    if snap is None:
+        return df, plan
+    names = [plan.targets[c] for c in df.columns]
+    return _align(df.toDF(*names), plan.schema, set(names), list(plan.identity)), plan
 
 
 def _align(df: DataFrame, schema: dict, present: set[str], identity: list[IdentityColumn]) -> DataFrame:
@@ -252,42 +218,28 @@ def files_to_replace(spark: SparkSession, snap: Snapshot, replace_where: str | N
 
 
 # -- writing ------------------------------------------------------------------------------------------
-def write_table_files(plan: WritePlan, table: DeltaTable, storage_options: dict[str, Any]) -> list[AddFile]:
+def write_table_files(
+    rows: DataFrame, plan: WritePlan, table: DeltaTable, storage_options: dict[str, Any]
+) -> list[AddFile]:
     """Spark's own Parquet writer where it can write the table's files (cheaper: rows never leave the JVM),
     else the ``mapInArrow`` writer; see ``native_write_blocker`` for when and why."""
     blocker = native_write_blocker(plan, table.store)
     if blocker is None:
-        return write_native(plan, table.store)
+        return write_native(rows, plan, table.store)
     log.info("writing %s with pyarrow through mapInArrow: %s", table.uri, blocker)
-    return write_data(plan, table.uri, storage_options)
+    return write_data(rows, plan, table.uri, storage_options)
 
 
-def write_data(plan: WritePlan, table_uri: str, storage_options: dict[str, Any]) -> list[AddFile]:
-    """Run the Spark job that writes the data files; the ``add`` actions for them."""
-    mode = column_mapping_mode(plan.configuration)
-    partitions = {c.lower() for c in plan.partition_columns}
-    data_fields = [f for f in plan.schema["fields"] if f["name"].lower() not in partitions]
-    by_name = {f["name"]: f for f in plan.schema["fields"]}
-    physical = delta_schema_to_arrow({"type": "struct", "fields": data_fields}, physical=True)
-    for name in plan.hidden_columns:
-        physical = physical.append(pa.field(name, pa.int64()))
-    spec = WriteSpec(
-        table_uri=table_uri,
-        storage_options=storage_options,
-        data_columns=(*(f["name"] for f in data_fields), *plan.hidden_columns),
-        physical=physical,
-        partitions=tuple(
-            (c, physical_name(by_name[c], mode), by_name[c]["type"]) for c in plan.partition_columns
-        ),
-        schema=plan.schema,
-        configuration=plan.configuration,
-        partition_columns=plan.partition_columns,
-    )
+def write_data(
+    rows: DataFrame, plan: WritePlan, table_uri: str, storage_options: dict[str, Any]
+) -> list[AddFile]:
+    """Run the Spark job that writes the data files with the plan's file layout; the ``add`` actions."""
+    spec = WriteSpec(table_uri, plan.layout, storage_options)
 
     def write_task(batches):
         return write_files(batches, spec)
 
-    rows = plan.df.mapInArrow(write_task, _ADD_ROW_DDL).toArrow().cast(ADD_ROW).to_pylist()
+    added = rows.mapInArrow(write_task, _ADD_ROW_DDL).toArrow().cast(ADD_ROW).to_pylist()
     return [
         AddFile(
             path=r["path"],
@@ -297,22 +249,5 @@ def write_data(plan: WritePlan, table_uri: str, storage_options: dict[str, Any])
             data_change=True,
             stats=r["stats"],
         )
-        for r in rows
+        for r in added
     ]
-
-
-def _commit(
-    table: DeltaTable,
-    snap: Snapshot | None,
-    plan: WritePlan,
-    adds: list[AddFile],
-    removes: list[AddFile],
-    mode: str,
-    replace_where: str | None,
-    app_id: str | None,
-    app_version: int | None,
-    identity_marks: dict[str, int],
-) -> CommitResult:
-    """The core's commit of a write (``log.write_rows.commit_write``), the Arrow writer's too."""
-    return commit_write(table, snap, plan, adds, removes, mode=mode, replace_where=replace_where,
-                        app_id=app_id, app_version=app_version, identity_marks=identity_marks)  # fmt: skip

@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from airflow_provider_delta.log import DeltaError
-from airflow_provider_delta.log.features.properties import CHECKPOINT_INTERVAL
 from airflow_provider_delta.log.files.segment import commit_name
 
 if TYPE_CHECKING:
@@ -244,7 +243,7 @@ def maintenance(table: DeltaTable, snap: Snapshot, *, vacuum: bool = True) -> Ma
     out.checkpoint_version = checkpoint
     out.commits_since_checkpoint = snap.version - (checkpoint if checkpoint is not None else -1)
     try:
-        out.checkpoint_interval = int(snap.configuration.get(CHECKPOINT_INTERVAL, "10"))
+        out.checkpoint_interval = snap.table_configuration.checkpoint_interval
     except ValueError:
         out.checkpoint_interval = 10
     if vacuum:

@@ -169,8 +169,8 @@ class FakeAccessor:
 
     A mock, on purpose: the triggerer injects a real ``AssetStateStoreAccessors`` whose accessors talk to the
     triggerer's supervisor over its comms channel, and no triggerer runs in this process (dag.test's
-    in-process comms has no async ``asend``). The trigger uses only ``_by_name``/``_by_uri`` and
-    ``aget``/``aset``, which this class provides with the real signatures.
+    in-process comms has no async ``asend``). ``test_watcher_on_airflows_own_state_store_accessors`` runs the
+    trigger on the real classes once, over a stand-in comms channel.
     """
 
     def __init__(self) -> None:
@@ -186,16 +186,36 @@ class FakeAccessor:
 
 
 class FakeStateStore:
+    """Stands in for Airflow's ``AssetStateStoreAccessors`` with its public surface only, which is all the
+    trigger may use: ``store[Asset or Asset.ref(name=...)]``, and ``aget``/``aset`` on the store itself when
+    it holds exactly one asset (Airflow raises ``ValueError`` otherwise, as this does)."""
+
     def __init__(self, *names: str) -> None:
-        self._by_name = {n: FakeAccessor() for n in names}
-        self._by_uri: dict[str, FakeAccessor] = {}
+        self.accessors = {n: FakeAccessor() for n in names}
+
+    def __getitem__(self, asset: Any) -> FakeAccessor:
+        try:
+            return self.accessors[asset.name]
+        except KeyError:
+            raise KeyError(f"{asset!r} is not in this task's inlets or outlets") from None
+
+    def _single(self) -> FakeAccessor:
+        if len(self.accessors) != 1:
+            raise ValueError(f"Task has {len(self.accessors)} concrete inlets and outlets")
+        return next(iter(self.accessors.values()))
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return await self._single().aget(key, default)
+
+    async def aset(self, key: str, value: Any) -> None:
+        await self._single().aset(key, value)
 
     def cursors(self) -> dict[str, Any]:
-        return {n: a.values.get(CURSOR_KEY) for n, a in self._by_name.items()}
+        return {n: a.values.get(CURSOR_KEY) for n, a in self.accessors.items()}
 
 
-def watcher(root: Path, store: FakeStateStore) -> DeltaTableWatcherTrigger:
-    t = DeltaTableWatcherTrigger(str(root), poke_interval=POKE)
+def watcher(root: Path, store: Any, **kwargs: Any) -> DeltaTableWatcherTrigger:
+    t = DeltaTableWatcherTrigger(str(root), poke_interval=POKE, **kwargs)
     t.asset_state_store = store  # what the triggerer does before run()
     return t
 
@@ -253,7 +273,7 @@ def test_watcher_announces_each_new_data_version_once_and_survives_restarts(tmp_
         await again.aclose()
 
     asyncio.run(scenario())
-    assert store._by_name["orders"].writes == [2, 3, 4, 5, 6, 7]
+    assert store.accessors["orders"].writes == [2, 3, 4, 5, 6, 7]
 
 
 def test_watcher_with_two_assets_emits_once_per_version_and_advances_both(tmp_path: Path, checks: Checks):
@@ -262,7 +282,7 @@ def test_watcher_with_two_assets_emits_once_per_version_and_advances_both(tmp_pa
     store = FakeStateStore("orders", "orders_copy")
 
     async def scenario() -> list[int]:
-        events = watcher(root, store).run()
+        events = watcher(root, store, asset_names=["orders", "orders_copy"]).run()
         got = []
         first = asyncio.ensure_future(anext(events))
         await checks.reach(1)
@@ -288,10 +308,10 @@ def test_watcher_resumes_from_the_newest_cursor_any_asset_holds(tmp_path: Path, 
     for name in "abc":
         append(table, name)  # versions 1-3
     store = FakeStateStore("old", "added_later")
-    store._by_name["old"].values[CURSOR_KEY] = 2  # version 3 landed while the watcher was down
+    store.accessors["old"].values[CURSOR_KEY] = 2  # version 3 landed while the watcher was down
 
     async def scenario() -> dict[str, Any]:
-        events = watcher(root, store).run()
+        events = watcher(root, store, asset_names=("old", "added_later")).run()
         event = await next_event(events)
         await events.aclose()
         return event
@@ -326,6 +346,96 @@ def test_watcher_serialize_round_trip(tmp_path: Path, checks: Checks):
         return version
 
     assert asyncio.run(scenario()) == 2
+
+
+def test_watcher_serializes_asset_names_only_when_given(tmp_path: Path):
+    plain = DeltaTableWatcherTrigger(str(tmp_path), "delta_conn", POKE)
+    # Unchanged kwargs for a trigger without names: Airflow identifies a watcher's trigger by their hash.
+    assert set(plain.serialize()[1]) == {"table_uri", "delta_conn_id", "poke_interval", "data_changes_only"}
+    named = DeltaTableWatcherTrigger(str(tmp_path), asset_names=("orders", "orders_copy"))
+    classpath, kwargs = named.serialize()
+    assert kwargs["asset_names"] == ["orders", "orders_copy"]
+    assert DeltaTableWatcherTrigger(**kwargs).serialize() == (classpath, kwargs)
+    with pytest.raises(TypeError, match="list of asset names"):
+        DeltaTableWatcherTrigger(str(tmp_path), asset_names="orders")
+
+
+def test_watcher_fed_to_two_assets_without_their_names_fails_and_says_how(tmp_path: Path):
+    new_table(tmp_path / "t")
+
+    async def scenario() -> None:
+        await anext(watcher(tmp_path / "t", FakeStateStore("orders", "orders_copy")).run())
+
+    with pytest.raises(ValueError, match=r"asset_names=\[\.\.\.\]"):
+        asyncio.run(scenario())
+
+
+def test_watcher_naming_an_asset_it_does_not_feed_fails_by_name(tmp_path: Path):
+    new_table(tmp_path / "t")
+
+    async def scenario() -> None:
+        await anext(watcher(tmp_path / "t", FakeStateStore("orders"), asset_names=["orders", "nope"]).run())
+
+    with pytest.raises(KeyError, match="'nope'"):
+        asyncio.run(scenario())
+
+
+class FakeComms:
+    """The triggerer's comms channel to its supervisor, as the real accessors use it: the asset state rows
+    in a dict (the supervisor would call the API server)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], Any] = {}
+
+    async def asend(self, msg: Any) -> Any:
+        from airflow.sdk.exceptions import ErrorType
+        from airflow.sdk.execution_time.comms import (
+            AssetStateStoreResult,
+            ErrorResponse,
+            GetAssetStateStoreByName,
+            SetAssetStateStoreByName,
+        )
+
+        if isinstance(msg, GetAssetStateStoreByName):
+            if (msg.name, msg.key) not in self.rows:
+                return ErrorResponse(error=ErrorType.ASSET_STORE_NOT_FOUND)
+            return AssetStateStoreResult(value=self.rows[msg.name, msg.key])
+        if isinstance(msg, SetAssetStateStoreByName):
+            self.rows[msg.name, msg.key] = msg.value
+            return None
+        raise AssertionError(f"the trigger sent {msg!r}")
+
+
+@pytest.mark.parametrize("names", [["orders"], ["orders", "orders_copy"]])
+def test_watcher_on_airflows_own_state_store_accessors(
+    tmp_path: Path, checks: Checks, monkeypatch: pytest.MonkeyPatch, names: list[str]
+):
+    """The real ``AssetStateStoreAccessors`` the triggerer injects (built as it builds it), so the trigger is
+    known to work with Airflow's public accessor API: the store itself for one asset, by name for several."""
+    from airflow.sdk import Asset
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.context import AssetStateStoreAccessors
+
+    comms = FakeComms()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
+    root = tmp_path / "t"
+    table = new_table(root)
+    append(table, "a")  # version 1
+    store = AssetStateStoreAccessors(inlets=[Asset(name=n, uri=f"file://{root}/{n}") for n in names])
+    trigger = watcher(root, store, asset_names=names if len(names) > 1 else ())
+
+    async def scenario() -> int:
+        events = trigger.run()
+        first = asyncio.ensure_future(anext(events))
+        await checks.reach(1)
+        assert comms.rows == {(n, CURSOR_KEY): 1 for n in names}  # first start: the cursor, no event
+        append(table, "b")  # version 2
+        event = (await asyncio.wait_for(first, WAIT)).payload
+        await events.aclose()
+        return event["version"]
+
+    assert asyncio.run(scenario()) == 2
+    assert comms.rows == {(n, CURSOR_KEY): 2 for n in names}
 
 
 def test_asset_watcher_dag_loads_and_serializes(tmp_path: Path, dags_folder: Path):

@@ -50,7 +50,7 @@ def test_change_data_files_are_laid_out_as_delta_spark_does(tmp_path: Path):
     ]
     for i, c in enumerate(cdc):
         name = c["path"].rsplit("/", 1)[1]
-        assert name.startswith(f"cdc-{i:05d}-") and name.endswith(".c000.snappy.parquet")
+        assert name.startswith(f"cdc-{i:05d}-") and name.endswith(".c000.zstd.parquet")
         assert c["dataChange"] is False and c["size"] == (root / unquote(c["path"])).stat().st_size
     data = pq.read_table(root / "_change_data/p=b%2Fc%3Dd" / cdc[1]["path"].rsplit("/", 1)[1])
     assert data.column_names == ["id", "st", "p", "_change_type"]

@@ -24,7 +24,7 @@ from airflow_provider_delta.log.base.errors import (
     DataFileNotFoundError,
     IncompatibleSchemaChangeError,
 )
-from airflow_provider_delta.log.schema.schema_evolution import schema_break
+from airflow_provider_delta.log.changes.schema_evolution import schema_break
 from airflow_provider_delta.log.snapshot import replay as replay_module
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("p", pa.string())])

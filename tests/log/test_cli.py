@@ -24,7 +24,8 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 
-from airflow_provider_delta.log import DeltaTable, cli
+from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.cli import main as cli_main
 from airflow_provider_delta.log.cli.main import ProgressBar, main, parse_storage_options
 
 GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden/dat/multi_partitioned/delta"
@@ -570,7 +571,7 @@ def test_storage_options_reach_the_table_before_and_after_the_command(
             seen.append(storage_options)
             super().__init__(uri, storage_options)
 
-    monkeypatch.setattr(cli, "DeltaTable", Recording)
+    monkeypatch.setattr(cli_main, "DeltaTable", Recording)
     code, _, err = run_main(capsys, "-o", "a=1", "snapshot", str(table), "--storage-option", "b=true")
     assert code == 0, err
     assert seen == [{"a": 1, "b": True}]

@@ -48,7 +48,7 @@ from airflow_provider_delta.log import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-from airflow_provider_delta.log.features.protocol import MAX_READER_VERSION, SUPPORTED_READER_FEATURES
+from airflow_provider_delta.log.features.protocol import MAX_READER_VERSION, supported_reader_features
 from airflow_provider_delta.log.maintenance.vacuum import VACUUM_FIELDS
 from airflow_provider_delta.log.snapshot.snapshot import load_snapshot
 
@@ -97,7 +97,7 @@ def assert_named_error(outcome: Outcome, why: str) -> None:
 
 def expected_refusal(min_reader_version: int, reader_features: Any) -> set[str]:
     """The reader features we must name when refusing a table with this protocol (empty: we must read it)."""
-    return implied_reader_features(min_reader_version, reader_features) - SUPPORTED_READER_FEATURES
+    return implied_reader_features(min_reader_version, reader_features) - supported_reader_features()
 
 
 def assert_justified_refusal(error: BaseException, min_reader_version: int, reader_features: Any) -> None:

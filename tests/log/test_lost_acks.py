@@ -19,7 +19,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_delta.log import AddFile, DeltaTable, atomic_commit, storage
+from airflow_provider_delta.log import AddFile, DeltaTable
+from airflow_provider_delta.log.commits import atomic_commit
+from airflow_provider_delta.log.files import storage
 from airflow_provider_delta.log.files.segment import commit_name, commit_version
 
 SCHEMA = pa.schema([("id", pa.int64())])

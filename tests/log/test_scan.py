@@ -28,13 +28,13 @@ from airflow_provider_delta.log import (
     DeltaTable,
     Protocol,
     UnsupportedFeatureError,
-    arrow_utils,
     read_table,
-    scan_file,
     write,
 )
+from airflow_provider_delta.log.base import arrow_utils
 from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.files.deletion_vectors import inline_descriptor, write_deletion_vectors
+from airflow_provider_delta.log.scans import scan_file
 from airflow_provider_delta.log.scans.scan import Scan
 from airflow_provider_delta.log.schema.schema import parse_schema_string
 

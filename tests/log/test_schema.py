@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_delta.log.features.properties import column_mapping_mode_of as column_mapping_mode
 from airflow_provider_delta.log.schema import stats as schema_module
 from airflow_provider_delta.log.schema.partition_values import (
     parse_partition_value,
@@ -28,7 +29,6 @@ from airflow_provider_delta.log.schema.partition_values import (
 from airflow_provider_delta.log.schema.schema import (
     arrow_schema_to_delta,
     arrow_type_to_delta,
-    column_mapping_mode,
     delta_schema_to_arrow,
     delta_type_to_arrow,
     parse_schema_string,

@@ -31,9 +31,9 @@ from airflow_provider_delta.log import (
     StaleSnapshotError,
     UnsupportedFeatureError,
     add_file_from_parquet,
-    atomic_commit,
 )
 from airflow_provider_delta.log.actions.actions import Protocol
+from airflow_provider_delta.log.commits import atomic_commit
 from airflow_provider_delta.log.files.segment import commit_name
 from airflow_provider_delta.log.files.storage import LogStore, put_if_absent
 

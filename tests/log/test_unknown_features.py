@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.log import DeltaTable, UnsupportedFeatureError, add_file_from_parquet
-from airflow_provider_delta.log.features.protocol import SUPPORTED_READER_FEATURES, SUPPORTED_WRITER_FEATURES
+from airflow_provider_delta.log.features.protocol import supported_reader_features, supported_writer_features
 
 
 def upgraded(root: Path, protocol: dict) -> DeltaTable:
@@ -26,7 +26,7 @@ def listing(root: Path) -> list[str]:
 
 
 def test_an_unknown_writer_feature_is_refused_by_name_with_nothing_written(tmp_path: Path):
-    assert "futureWriterFeature" not in SUPPORTED_WRITER_FEATURES
+    assert "futureWriterFeature" not in supported_writer_features()
     protocol = {"minReaderVersion": 1, "minWriterVersion": 7,
                 "writerFeatures": ["rowTracking", "domainMetadata", "futureWriterFeature"]}  # fmt: skip
     t = upgraded(tmp_path, protocol)
@@ -43,7 +43,7 @@ def test_an_unknown_writer_feature_is_refused_by_name_with_nothing_written(tmp_p
 
 
 def test_an_unknown_reader_feature_is_refused_by_name_with_nothing_written(tmp_path: Path):
-    assert "futureReaderFeature" not in SUPPORTED_READER_FEATURES
+    assert "futureReaderFeature" not in supported_reader_features()
     protocol = {"minReaderVersion": 3, "minWriterVersion": 7,
                 "readerFeatures": ["variantType", "futureReaderFeature"],
                 "writerFeatures": ["variantType", "futureReaderFeature"]}  # fmt: skip

@@ -18,12 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.log import (
-    ConcurrentVacuumError,
-    DeltaTable,
-    add_file_from_parquet,
-    vacuum,
-)
+from airflow_provider_delta.log import ConcurrentVacuumError, DeltaTable, add_file_from_parquet
+from airflow_provider_delta.log.maintenance import vacuum
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

@@ -24,8 +24,9 @@ import pytest
 from oracle_client import Oracle
 
 from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log.features.properties import column_mapping_mode_of as column_mapping_mode
 from airflow_provider_delta.log.files.deletion_vectors import deleted_rows
-from airflow_provider_delta.log.schema.schema import column_mapping_mode, physical_name
+from airflow_provider_delta.log.schema.schema import physical_name
 
 LOCAL = fsspec.filesystem("file")
 DEFAULTS = {

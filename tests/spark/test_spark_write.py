@@ -350,7 +350,7 @@ def test_native_path_where_spark_can_write_the_files_and_mapinarrow_elsewhere(sp
 
     def blocker(ddl: str, uri: str, partition_by=(), **config) -> str | None:
         df = spark.createDataFrame([], ddl)
-        plan = plan_write(df, None, list(partition_by), False, config)
+        _, plan = plan_write(df, None, list(partition_by), False, config)
         return native_files.native_write_blocker(plan, DeltaTable(uri).store)
 
     local = str(tmp_path / "p")

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from ..base.errors import ChangeRangeError, VersionNotFoundError
-from ..features.properties import ict_enablement_version
+from ..features.configuration import TableConfiguration
 from ..files.segment import commit_version
 from ..files.storage import LogStore
 from ..snapshot.history import CommitTimeline, list_commits, timestamp_ms
@@ -55,8 +55,9 @@ def resolve_range(
     if first_ms is not None and last_ms is not None and first_ms > last_ms:
         raise ChangeRangeError(f"the changes of {store.uri} from timestamp {first_ms} to {last_ms} (ms since "
                                "the epoch): the end is before the start")  # fmt: skip
-    timeline = CommitTimeline(store, list_commits(store), ict_enablement_version(
-        read_version_metadata(store).metadata.configuration))  # fmt: skip
+    latest = read_version_metadata(store)
+    config = TableConfiguration(latest.protocol, latest.metadata)
+    timeline = CommitTimeline(store, list_commits(store), config.in_commit_timestamps_from)
     first = first_version if first_ms is None else _first_at_or_after(store, timeline, first_ms)
     last = last_version if last_ms is None else _last_at_or_before(store, timeline, last_ms)
     empty = first_ms is not None and last_ms is not None and last == first - 1

@@ -49,18 +49,18 @@ from ..base.errors import (
     IncompatibleSchemaChangeError,
     VersionNotFoundError,
 )
-from ..commits.change_data import change_data_enabled
 from ..expressions.expressions import ColumnNotFoundError
+from ..features.configuration import TableConfiguration
 from ..features.protocol import check_read_supported
 from ..files.commit_json import Actions, parse_json_actions
 from ..files.segment import commit_name, commit_version
 from ..files.storage import FileMeta, LogStore
 from ..scans.scan import DEFAULT_READ_AHEAD, batches_in_order
 from ..scans.scan_file import read_spec_of
-from ..schema.schema_evolution import SchemaBreak, schema_break
 from ..snapshot.version_metadata import read_version_metadata, small_actions
 from .change_range import Bound, Timestamp, latest_version, resolve_range
 from .change_rows import CDC, ChangeTask, change_data_spec, change_schema, read_change_task
+from .schema_evolution import SchemaBreak, schema_break
 
 # Delta Spark monotonises file modification times over the 100 commits before a range (DeltaHistoryManager).
 _MONOTONE_LOOKBACK = 100
@@ -87,7 +87,7 @@ class VersionChanges:
 
     @property
     def records_change_data(self) -> bool:
-        return change_data_enabled(self.metadata)
+        return TableConfiguration(self.protocol, self.metadata).change_data_feed_property
 
 
 class Changes:
@@ -101,8 +101,9 @@ class Changes:
         self.start, self.end = start, end  # end = start - 1: no version (timestamps between two commits)
         self.versions = versions
         self.protocol, self.metadata = protocol, metadata  # at the end of the range
-        self.spec = read_spec_of(self.metadata, _columns(self.metadata, columns, store.uri),
-                                 store.storage_options, filter)  # fmt: skip
+        config = TableConfiguration(protocol, metadata)
+        names = _columns(self.metadata, columns, store.uri)
+        self.spec = read_spec_of(config, names, store.storage_options, filter)
         self.read_ahead = max(1, int(read_ahead))
 
     def __repr__(self) -> str:

@@ -29,8 +29,9 @@ _UNKNOWN_OUTCOME = (TimeoutError, ConnectionError, OSError)
 _PUT_TRIES = 5
 
 
-class AtomicCommit:
-    """Puts a transaction's commit files, attempt after attempt, and remembers what they showed.
+class FileSystemCommitter:
+    """The committer of a filesystem table (``committer``): puts a transaction's commit files, attempt
+    after attempt, with put-if-absent, and remembers what they showed.
 
     :param effects_in: whether a table state holds the transaction's effects (an attempt whose outcome was
         unknown is recognised by them when its file is gone from the log).
@@ -46,7 +47,7 @@ class AtomicCommit:
         self.maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
         self.own_file: FileMeta | None = None  # the commit file that landed, as listed
 
-    def put(self, version: int, data: bytes, txn_id: str) -> tuple[str, str]:
+    def commit(self, version: int, data: bytes, txn_id: str) -> tuple[str, str]:
         """Write ``version`` and say how it went: ``"ours"`` (landed and visible to readers, also when only
         its acknowledgement was lost), ``"taken"`` (another commit holds it) or ``"stale"`` (log cleanup
         removed what this commit builds on, or readers would never see it; the reason comes second)."""

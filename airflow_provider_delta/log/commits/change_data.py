@@ -10,7 +10,7 @@ never for appends, whole-file removes or deletes by deletion vector. The core fo
 ``delete_rows``, ``remove_files`` and ``add_files`` write none, and a caller that rewrites rows gives the
 change data of the commit, all of it, to ``Transaction.add_change_data``.
 
-Files are laid out as Delta Spark's: ``_change_data/<partition folders>/cdc-<n>-<uuid>.c000.snappy.parquet``
+Files are laid out as Delta Spark's: ``_change_data/<partition folders>/cdc-<n>-<uuid>.c000.<codec>.parquet``
 or, under column mapping (or ``delta.randomizeFilePrefixes``), ``<random prefix>/cdc-...`` as its data
 files; columns are the table's (physical names and Parquet field ids under column mapping, partition
 columns included as Delta Spark 4 writes them) and ``_change_type``; the action's ``partitionValues`` are
@@ -22,84 +22,67 @@ from __future__ import annotations
 import posixpath
 import secrets
 import string
-import uuid
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from ..actions.actions import AddCDCFile, Metadata, Protocol
+from ..actions.actions import AddCDCFile, Metadata
 from ..base.errors import InvalidCommitError, UnsupportedFeatureError
-from ..features.properties import bool_property
-from ..features.protocol import writer_features
+from ..features.configuration import TableConfiguration
 from ..files.storage import LogStore
 from ..schema.partition_values import serialize_partition_value
-from ..schema.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
-from ..snapshot.snapshot import Snapshot
+from ..schema.schema import delta_schema_to_arrow, physical_name
 
 CHANGE_TYPE = "_change_type"
 CHANGE_TYPES = ("insert", "delete", "update_preimage", "update_postimage")
 CHANGE_DATA_DIR = "_change_data"
-ENABLE_CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
-_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-# Characters Spark escapes in partition folder names (ExternalCatalogUtils.escapePathName).
-_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
 _PREFIX_CHARS = string.ascii_letters + string.digits
 
 
-def change_data_enabled(metadata: Metadata) -> bool:
-    """Whether commits to the table record change data (Delta Spark's ``isCDCEnabledOnTable``)."""
-    return bool_property(metadata.configuration, ENABLE_CHANGE_DATA_FEED)
-
-
-def check_change_data_writable(protocol: Protocol, metadata: Metadata, where: str) -> None:
+def check_change_data_writable(config: TableConfiguration, where: str) -> None:
     """``cdc`` actions need the ``changeDataFeed`` feature and the table asking for change data."""
-    if "changeDataFeed" not in writer_features(protocol) or not change_data_enabled(metadata):
+    if not config.change_data_feed:
         raise UnsupportedFeatureError(
-            f"{where} does not record change data: set {ENABLE_CHANGE_DATA_FEED}=true (which adds the "
+            f"{where} does not record change data: set delta.enableChangeDataFeed=true (which adds the "
             "changeDataFeed table feature) before committing change data",
             features=("changeDataFeed",),
         )
 
 
-def write_change_data(
-    store: LogStore, snap: Snapshot | None, metadata: Metadata | None, protocol: Protocol | None, rows: Any
-) -> list[AddCDCFile]:
+def write_change_data(store: LogStore, config: TableConfiguration | None, rows: Any) -> list[AddCDCFile]:
     """Write ``rows`` (the table's columns by logical name, and ``_change_type``) as change data of a commit
-    on ``snap`` (with the ``metadata``/``protocol`` it sets, if any), one file per partition; returns their
+    under ``config`` (the commit's effective table configuration), one file per partition; returns their
     ``cdc`` actions. The table must record change data; every column is checked before a file is written."""
-    metadata = metadata or (snap.metadata if snap else None)
-    protocol = protocol or (snap.protocol if snap else None)
-    if metadata is None or protocol is None:
+    if config is None:
         raise InvalidCommitError("set the new table's protocol and metadata before its change data")
-    check_change_data_writable(protocol, metadata, f"table {store.uri}")
+    check_change_data_writable(config, f"table {store.uri}")
+    metadata = config.metadata
     table = _aligned(metadata, rows)
     if table.num_rows == 0:
         return []
-    mode = column_mapping_mode(metadata.configuration)
+    mode = config.column_mapping_mode
     physical = delta_schema_to_arrow(metadata.schema, physical=True)
     fields = {f["name"]: f for f in metadata.schema["fields"]}
     partitions = [fields[c] for c in metadata.partition_columns]
-    prefix_length = _random_prefix_length(metadata)
+    prefix_length = config.file_prefix_length
+    layout = config.file_layout()
     out = []
     for number, (values, part) in enumerate(_by_partition(table, partitions, mode)):
         columns = [_to_physical(part.column(i), physical.field(i).type) for i in range(len(physical))]
         schema = pa.schema([*physical, pa.field(CHANGE_TYPE, pa.string())])
         data = pa.Table.from_arrays([*columns, part.column(CHANGE_TYPE)], schema=schema)
-        name = f"cdc-{number:05d}-{uuid.uuid4()}.c000.snappy.parquet"
+        name = layout.file_name(number, prefix="cdc")
         if prefix_length is not None:
             folder = "".join(secrets.choice(_PREFIX_CHARS) for _ in range(prefix_length))
         else:
-            folder = "/".join(
-                [CHANGE_DATA_DIR, *(f"{_escape(k)}={_escape(v or _HIVE_NULL)}" for k, v in values.items())]
-            )
+            folder = "/".join([CHANGE_DATA_DIR, *([layout.partition_dir(values)] if values else [])])
         relative = f"{folder}/{name}"
         full = store.table_file(relative)
         if store.protocol in ("file", "local"):  # object stores have no folders to create
             store.fs.makedirs(posixpath.dirname(full), exist_ok=True)
-        with store.fs.open(full, "wb") as fh:
-            pq.write_table(data, fh, compression="snappy")
+        with store.fs.open(full, "wb") as fh, layout.parquet_writer(fh, data.schema) as writer:
+            writer.write_table(data)
         out.append(AddCDCFile(relative, store.info(full).size, values))
     return out
 
@@ -163,19 +146,6 @@ def _by_partition(
         }
         out.append((values, table.filter(mask)))
     return out
-
-
-def _random_prefix_length(metadata: Metadata) -> int | None:
-    """Delta Spark writes files under random prefixes instead of partition folders under column mapping or
-    ``delta.randomizeFilePrefixes``, change data files included."""
-    config = metadata.configuration
-    if column_mapping_mode(config) == "none" and not bool_property(config, "delta.randomizeFilePrefixes"):
-        return None
-    return int(config.get("delta.randomPrefixLength", "2"))
-
-
-def _escape(text: str) -> str:
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
 
 
 def _to_physical(array: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array:

@@ -26,32 +26,12 @@ from ..base.errors import (
     ConcurrentTransactionError,
     ConcurrentVacuumError,
     CorruptLogError,
-    InvalidCommitError,
     MetadataChangedError,
     ProtocolChangedError,
     shown,
 )
 from ..features.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from ..snapshot.snapshot import Snapshot
-
-ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
-ISOLATION_LEVEL = "delta.isolationLevel"
-DEFAULT_ISOLATION = "Serializable"  # Delta Spark's default for tables that do not set delta.isolationLevel
-
-
-def table_isolation(configuration: Mapping[str, str]) -> str:
-    """The isolation level a table asks for: ``delta.isolationLevel``, Serializable when unset.
-
-    Delta Spark honours the property on commit (and only accepts Serializable when setting it itself);
-    a value that is not a level is refused rather than guessed, since it decides which races are allowed.
-    """
-    level = configuration.get(ISOLATION_LEVEL, DEFAULT_ISOLATION)
-    if level not in ISOLATION_LEVELS[:2]:
-        raise InvalidCommitError(
-            f"table property {ISOLATION_LEVEL}={level!r} is not an isolation level: use one of "
-            f"{ISOLATION_LEVELS[:2]}"
-        )
-    return level
 
 
 @dataclass

@@ -29,11 +29,10 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..actions.actions import AddFile, Metadata, Protocol, RemoveFile
+from ..actions.actions import AddFile, RemoveFile
 from ..base.arguments import int_arg
 from ..base.errors import InvalidCommitError, UnsupportedFeatureError
-from ..features.properties import bool_property
-from ..features.protocol import writer_features
+from ..features.configuration import TableConfiguration
 from ..files.deletion_vector_format import as_row_indexes
 from ..files.deletion_vectors import (
     DeletionVectorDescriptor,
@@ -49,23 +48,21 @@ from ..snapshot.table_context import TableContext
 
 DELETION_VECTORS = "deletionVectors"
 ENABLE_DELETION_VECTORS = "delta.enableDeletionVectors"
-RANDOMIZE_FILE_PREFIXES = "delta.randomizeFilePrefixes"
-RANDOM_PREFIX_LENGTH = "delta.randomPrefixLength"
 INLINE_MAX_BYTES = 64  # a vector of a few rows: cheaper in the log than a file to write and read
 PACKING_TARGET_BYTES = 2 * 1024 * 1024  # Delta Spark's deletionVectors.packing.targetSize
 
 
-def check_deletion_vectors_writable(protocol: Protocol, metadata: Metadata, where: str) -> None:
+def check_deletion_vectors_writable(config: TableConfiguration, where: str) -> None:
     """New vectors need the ``deletionVectors`` table feature and ``delta.enableDeletionVectors=true``
     (Delta Spark's ``deletionVectorsWritable``): the property is how a table owner allows them."""
-    if DELETION_VECTORS not in writer_features(protocol):
+    if not config.deletion_vectors_supported:
         raise UnsupportedFeatureError(
             f"{where} does not support deletion vectors (the protocol has no '{DELETION_VECTORS}' table "
             f"feature): enable them first, e.g. ALTER TABLE ... SET TBLPROPERTIES "
             f"('{ENABLE_DELETION_VECTORS}' = 'true'), or remove whole files instead",
             features=(DELETION_VECTORS,),
         )
-    if not bool_property(metadata.configuration, ENABLE_DELETION_VECTORS):
+    if not config.deletion_vectors_property:
         raise UnsupportedFeatureError(
             f"{where} has {ENABLE_DELETION_VECTORS} unset or false, so no new deletion vectors may be "
             f"written (Delta Spark rewrites files instead); set it to 'true' to allow them",
@@ -73,9 +70,7 @@ def check_deletion_vectors_writable(protocol: Protocol, metadata: Metadata, wher
         )
 
 
-def check_deletion_vector_actions(
-    adds: Sequence[AddFile], protocol: Protocol, metadata: Metadata, where: str
-) -> None:
+def check_deletion_vector_actions(adds: Sequence[AddFile], config: TableConfiguration, where: str) -> None:
     """The writer rules for adds that carry a vector (Delta Spark's commit-time check of every add): the
     table allows new vectors, the add's stats give ``numRecords``, and its bounds are marked wide. An add
     with ``dataChange=false`` re-adds data already in the table (its vector included: a metadata-only
@@ -83,8 +78,8 @@ def check_deletion_vector_actions(
     for add in adds:
         if add.deletion_vector is None:
             continue
-        if add.data_change or DELETION_VECTORS not in writer_features(protocol):
-            check_deletion_vectors_writable(protocol, metadata, where)
+        if add.data_change or not config.deletion_vectors_supported:
+            check_deletion_vectors_writable(config, where)
         stats = _parsed(add.stats)
         count = stats.get("numRecords")
         if not isinstance(count, int) or isinstance(count, bool):
@@ -112,8 +107,9 @@ class PendingChange(typing.Protocol):
 
     table: TableContext
     snapshot: Snapshot | None
-    metadata: Metadata | None
-    protocol: Protocol | None
+
+    @property
+    def configuration(self) -> TableConfiguration | None: ...
 
 
 @dataclass(frozen=True)
@@ -155,9 +151,11 @@ def row_delete_pairs(rows: Any) -> list[tuple[Any, Any]]:
     return [tuple(p) for p in pairs]
 
 
-def plan_file_deletes(store: LogStore, metadata: Metadata, live: AddFile, rows: Any) -> FileRowDeletes:
+def plan_file_deletes(
+    store: LogStore, config: TableConfiguration, live: AddFile, rows: Any
+) -> FileRowDeletes:
     """Check ``rows`` against ``live`` (every index inside the file) and merge them with its vector."""
-    stats, num_records = _stats_with_num_records(store, metadata, live)
+    stats, num_records = _stats_with_num_records(store, config, live)
     new = _in_file(live, num_records, rows)
     before = np.empty(0, np.uint64)
     if live.deletion_vector is not None:
@@ -179,7 +177,7 @@ def _in_file(live: AddFile, num_records: int, rows: Any) -> np.ndarray:
     return indexes
 
 
-def _stats_with_num_records(store: LogStore, metadata: Metadata, live: AddFile) -> tuple[str, int]:
+def _stats_with_num_records(store: LogStore, config: TableConfiguration, live: AddFile) -> tuple[str, int]:
     """The file's stats and physical row count: ``numRecords`` from the log, else the Parquet footer
     (a file with a vector must carry ``numRecords``, so its stats are then computed from that footer)."""
     if live.stats:
@@ -192,7 +190,7 @@ def _stats_with_num_records(store: LogStore, metadata: Metadata, live: AddFile) 
     path = live.path if "://" in live.path else store.table_file(live.path)
     with store.open_input_file(path) as fh:
         footer = pq.read_metadata(fh)
-    stats = file_stats(footer, metadata.schema, metadata.configuration, metadata.partition_columns)
+    stats = file_stats(footer, config.stats_schema)
     return stats, footer.num_rows
 
 
@@ -225,8 +223,9 @@ class RowDeletes:
         if not lives:
             return []
         assert snapshot is not None
-        metadata = txn.metadata or snapshot.metadata
-        check_deletion_vectors_writable(txn.protocol or snapshot.protocol, metadata, f"table {store.uri}")
+        config = txn.configuration
+        assert config is not None
+        check_deletion_vectors_writable(config, f"table {store.uri}")
         planned: dict[str, FileRowDeletes] = {}
         for live, (_, indexes) in zip(lives, pairs, strict=True):
             if live.path in removed:
@@ -234,7 +233,7 @@ class RowDeletes:
                                          "be deleted")  # fmt: skip
             known = planned.get(live.path) or self.files.get(live.path)
             planned[live.path] = (
-                known.with_rows(indexes) if known else plan_file_deletes(store, metadata, live, indexes)
+                known.with_rows(indexes) if known else plan_file_deletes(store, config, live, indexes)
             )
         self.files.update(planned)
         self.inline_max_bytes = inline_max_bytes
@@ -245,8 +244,9 @@ class RowDeletes:
         if not self.files or self.metrics is not None:
             return None
         assert txn.snapshot is not None
-        metadata = txn.metadata or txn.snapshot.metadata
-        done = row_delete_actions(txn.table.store, metadata, list(self.files.values()), now,
+        config = txn.configuration
+        assert config is not None
+        done = row_delete_actions(txn.table.store, config, list(self.files.values()), now,
                                   inline_max_bytes=self.inline_max_bytes)  # fmt: skip
         self.metrics = done.metrics
         return done
@@ -263,7 +263,7 @@ class RowDeleteActions:
 
 def row_delete_actions(
     store: LogStore,
-    metadata: Metadata,
+    config: TableConfiguration,
     deletes: Sequence[FileRowDeletes],
     deletion_timestamp: int,
     *,
@@ -282,7 +282,7 @@ def row_delete_actions(
             descriptors[d.live.path] = small
         else:
             stored.append(d)
-    prefix = _random_prefix_length(metadata)
+    prefix = config.random_prefix_length or 0
     for batch in _packed(stored):
         written = write_deletion_vectors(
             store.fs, store.root, [d.rows for d in batch], random_prefix_length=prefix
@@ -318,12 +318,6 @@ def delete_metrics(deletes: Sequence[FileRowDeletes]) -> dict[str, int]:
         "numDeletionVectorsRemoved": sum(d.live.deletion_vector is not None for d in whole),
         "numDeletionVectorsUpdated": had.count(True),
     }
-
-
-def _random_prefix_length(metadata: Metadata) -> int:
-    if not bool_property(metadata.configuration, RANDOMIZE_FILE_PREFIXES):
-        return 0
-    return int(metadata.configuration.get(RANDOM_PREFIX_LENGTH, "2"))
 
 
 def _packed(deletes: list[FileRowDeletes]) -> list[list[FileRowDeletes]]:

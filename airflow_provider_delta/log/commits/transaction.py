@@ -45,8 +45,8 @@ from ..expressions.expressions import Expr
 from ..expressions.skipping import partition_matcher
 from ..expressions.sql_parser import UnsupportedExpressionError, parse
 from ..features.clustering import domain_for
+from ..features.configuration import DEFAULT_ISOLATION, ISOLATION_LEVELS, TableConfiguration
 from ..features.identity import with_high_water_marks
-from ..features.properties import CHECKPOINT_INTERVAL, ict_enablement_version
 from ..features.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from ..features.row_tracking import RowIdAssignment, plan_row_ids
 from ..files.segment import commit_name, commit_version
@@ -57,16 +57,14 @@ from ..snapshot.history import locate_app_transaction
 from ..snapshot.replay import TableState
 from ..snapshot.snapshot import Snapshot, extend_snapshot, load_snapshot
 from ..snapshot.table_context import TableContext
-from .atomic_commit import AtomicCommit
 from .change_data import write_change_data
+from .committer import Committer, committer_for
 from .conflicts import (
-    ISOLATION_LEVELS,
     ReadSet,
     WinningCommit,
     check_conflicts,
     check_vacuum_in_progress,
     oldest_modification,
-    table_isolation,
 )
 from .row_deletion import INLINE_MAX_BYTES, RowDeletes
 from .visibility import holds_effects
@@ -102,6 +100,8 @@ class Transaction:
         changes no data (only ``dataChange=false`` files, e.g. a compaction) is checked with
         SnapshotIsolation, as Delta Spark does, so concurrent appends never fail it.
     :param allow_unsafe_storage: commit on a backend without atomic create-if-absent (single writer only).
+    :param committer: where the commit goes (``committer.Committer``); by default the one the table's
+        configuration asks for: put-if-absent on its storage.
     """
 
     def __init__(
@@ -111,6 +111,7 @@ class Transaction:
         *,
         isolation: str | None = None,
         allow_unsafe_storage: bool = False,
+        committer: Committer | None = None,
     ) -> None:
         if isolation is not None and isolation not in ISOLATION_LEVELS[:2]:
             raise ValueError(f"isolation must be one of {ISOLATION_LEVELS[:2]}, not {isolation!r}")
@@ -140,12 +141,27 @@ class Transaction:
         self._row_ids: RowIdAssignment | None = None
         self._attempts: dict[int, list[AddFile]] = {}  # version -> the adds that attempt wrote
         self._committed = False
-        self._put = AtomicCommit(
-            table.store, table.uri, self._effects_in, allow_unsafe=self.allow_unsafe_storage
-        )
+        self._committer: Committer | None = committer  # chosen from the configuration at commit when None
         # The commits that won against this transaction since ``snapshot``, as listed and read: with its own
         # commit file once visible, what the snapshot after the commit is built from (``_hand_off``).
         self._winners: list[tuple[FileMeta, bytes]] = []
+        self._configuration: TableConfiguration | None = None
+
+    @property
+    def configuration(self) -> TableConfiguration | None:
+        """The table configuration this commit writes under: its pending protocol and metadata applied to
+        the snapshot's (``None`` while a new table has neither). Read once per change of either."""
+        snap = self.snapshot
+        protocol = self.protocol or (snap.protocol if snap else None)
+        metadata = self.metadata or (snap.metadata if snap else None)
+        if protocol is None or metadata is None:
+            return None
+        if snap is not None and protocol is snap.protocol and metadata is snap.metadata:
+            return snap.table_configuration
+        cached = self._configuration
+        if cached is None or cached.protocol is not protocol or cached.metadata is not metadata:
+            cached = self._configuration = TableConfiguration(protocol, metadata)
+        return cached
 
     # -- building -----------------------------------------------------------------------------------------
     # Arguments are checked at the call (a wrong type is a TypeError, a file that is not live a
@@ -199,8 +215,8 @@ class Transaction:
         is read only through it by change-data-feed readers, so it must describe every row the commit
         changes; needs ``delta.enableChangeDataFeed=true``."""
         self._check_open()
-        store, snap = self.table.store, self.snapshot
-        self.cdc_files.extend(write_change_data(store, snap, self.metadata, self.protocol, rows))
+        store = self.table.store
+        self.cdc_files.extend(write_change_data(store, self.configuration, rows))
         return self
 
     def set_app_transaction(self, app_id: str, version: int) -> Transaction:
@@ -241,10 +257,10 @@ class Transaction:
     def set_clustering_columns(self, columns: Sequence[str]) -> Transaction:
         """Make ``columns`` (logical names) the table's clustering columns ("Clustered Table")."""
         self._check_open()
-        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
-        if md is None:
-            raise InvalidCommitError("set the table's metadata before its clustering columns")
-        self.domains.append(domain_for(md, columns))
+        config = self.configuration
+        if config is None:
+            raise InvalidCommitError("set the table's protocol and metadata before its clustering columns")
+        self.domains.append(domain_for(config.metadata, columns))
         return self
 
     def read_whole_table(self) -> Transaction:
@@ -279,7 +295,8 @@ class Transaction:
         except UnsupportedExpressionError:
             self.read.whole_table = True
             return self
-        self.read.predicates.append(partition_matcher(self.snapshot.metadata, expr))
+        config = self.snapshot.table_configuration
+        self.read.predicates.append(partition_matcher(config.metadata, expr, config.column_mapping_mode))
         return self
 
     def _check_open(self) -> None:
@@ -323,6 +340,7 @@ class Transaction:
             operation_metrics = self.row_deletes.metrics  # Delta Spark's DELETE metrics
         self._apply_identity_marks()
         validate_commit(self)
+        committer = self._committer_for_commit()
         self._check_vacuum_in_progress()
         self._row_ids = self._plan_row_ids()
         txn_id = str(uuid.uuid4())
@@ -347,7 +365,7 @@ class Transaction:
                 adds=adds, removes=self.removes, cdc=self.cdc_files,
             )  # fmt: skip
             data = commit_bytes(provenance, actions, ict)
-            outcome, why = self._put.put(version, data, txn_id)
+            outcome, why = committer.commit(version, data, txn_id)
             if outcome == "ours":
                 self._committed = True
                 self.committed_adds = adds
@@ -379,8 +397,8 @@ class Transaction:
                 time.sleep(random.uniform(0, min(0.05, 0.001 * attempts)))
 
     def _maybe_checkpoint(self, version: int) -> None:
-        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
-        interval = int((md.configuration if md else {}).get(CHECKPOINT_INTERVAL, "10"))
+        config = self.configuration
+        interval = config.checkpoint_interval if config is not None else 10
         if version == 0 or interval <= 0 or version % interval:
             return
         try:
@@ -410,7 +428,7 @@ class Transaction:
         read while retrying and this commit as written, as Delta Spark updates its log after a commit: the
         next ``transaction()`` then lists the log without reading those commits again (on object stores,
         a GET each). Skipped, at no cost to correctness, whenever that chain is not whole."""
-        snap, own = self.snapshot, self._put.own_file
+        snap, own = self.snapshot, self._committer.own_file if self._committer else None
         if snap is None or own is None or own.name != commit_name(version):
             return
         files = [f for f, _ in self._winners] + [own]
@@ -455,7 +473,12 @@ class Transaction:
         txn = self.app_transaction
         if txn is not None and latest.app_transactions.get(txn.app_id, -1) >= txn.version:
             return self._already_committed(latest.app_transactions, latest.version), latest.version, None
-        if self._put.maybe_landed and self.adds and self._effects_in(latest.state()):
+        if (
+            self._committer is not None
+            and self._committer.maybe_landed
+            and self.adds
+            and self._effects_in(latest.state())
+        ):
             # An earlier attempt whose acknowledgement was lost landed after all.
             return CommitResult(latest.version, already_committed=True), latest.version, None
         where = f"{self.table.uri} (read at version {read.version}, now at version {latest.version})"
@@ -537,10 +560,25 @@ class Transaction:
         self._winners.extend(zip(winners, datas, strict=True))
         return None, latest, previous_ict
 
+    def _committer_for_commit(self) -> Committer:
+        """The committer the commit goes through: the caller's, else the one the configuration asks for
+        (put-if-absent on the table's storage; a catalog-managed table is refused by name)."""
+        if self._committer is None:
+            config = self.configuration
+            assert config is not None  # validate_commit checked
+            self._committer = committer_for(
+                config,
+                self.table.store,
+                self.table.uri,
+                self._effects_in,
+                allow_unsafe=self.allow_unsafe_storage,
+            )
+        return self._committer
+
     # -- the actions of an attempt ------------------------------------------------------------------------
     def _ict_enabled(self) -> bool:
-        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
-        return md is not None and ict_enablement_version(md.configuration) is not None
+        config = self.configuration
+        return config is not None and config.in_commit_timestamps_from is not None
 
     def _apply_identity_marks(self) -> None:
         """Fold the identity marks into the metadata committed (Delta Spark's
@@ -554,11 +592,9 @@ class Transaction:
         self.metadata = moved if moved is not base else self.metadata
 
     def _plan_row_ids(self) -> RowIdAssignment | None:
-        snap = self.snapshot
-        protocol = self.protocol or (snap.protocol if snap else None)
-        metadata = self.metadata or (snap.metadata if snap else None)
-        assert protocol is not None and metadata is not None  # validate_commit checked
-        return plan_row_ids(protocol, metadata, snap.domain_metadata if snap else {},
+        snap, config = self.snapshot, self.configuration
+        assert config is not None  # validate_commit checked
+        return plan_row_ids(config.protocol, config.metadata, snap.domain_metadata if snap else {},
                             snap.files if snap else None, self.adds, f"table {self.table.uri}")  # fmt: skip
 
     def _file_actions(self, version: int) -> tuple[list[AddFile], list[DomainMetadata]]:
@@ -578,8 +614,8 @@ class Transaction:
             return "SnapshotIsolation"
         if self.isolation is not None:
             return self.isolation
-        md = self.metadata or (self.snapshot.metadata if self.snapshot else None)
-        return table_isolation(md.configuration if md is not None else {})
+        config = self.configuration
+        return config.isolation_level if config is not None else DEFAULT_ISOLATION
 
     def _is_blind_append(self) -> bool:
         return (
@@ -594,7 +630,7 @@ def _ict_of(snapshot: Snapshot | None) -> int | None:
     """The previous commit's in-commit timestamp when the table enables them (each must exceed it)."""
     if snapshot is None:
         return None
-    enabled_from = ict_enablement_version(snapshot.metadata.configuration)
+    enabled_from = snapshot.table_configuration.in_commit_timestamps_from
     if enabled_from is None:
         return None
     return snapshot.timestamp

@@ -15,11 +15,11 @@ from ..actions.actions import AddFile, DomainMetadata, Metadata, Protocol, Remov
 from ..base.arguments import bool_arg, json_value_arg, str_arg
 from ..base.errors import InvalidCommitError
 from ..features.clustering import check_commit as check_clustering
+from ..features.configuration import TableConfiguration
 from ..features.identity import check_generated_values
-from ..features.properties import APPEND_ONLY, bool_property
 from ..features.protocol import check_write_supported
 from ..features.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
-from ..schema.schema import column_mapping_mode, physical_partition_names
+from ..schema.schema import physical_partition_names
 from ..snapshot.replay import check_metadata
 from ..snapshot.snapshot import Snapshot
 from ..snapshot.table_context import TableContext
@@ -39,12 +39,14 @@ class PendingCommit(typing.Protocol):
     domains: list[DomainMetadata]
     constraints_checked: bool
 
+    @property
+    def configuration(self) -> TableConfiguration | None: ...
+
 
 def check_table_writable(snapshot: Snapshot, where: str) -> None:
     """A transaction on a table that needs a writer feature this client does not implement is refused
     when it starts, naming the feature, rather than when it commits."""
-    uses_identity = _uses(snapshot.metadata.schema, "delta.identity.")
-    check_write_supported(snapshot.protocol, uses_identity=uses_identity, where=where)
+    snapshot.table_configuration.check_write(where)
 
 
 def checked_metadata(metadata: Any, where: str) -> Metadata:
@@ -63,7 +65,7 @@ def checked_protocol(protocol: Any, where: str) -> Protocol:
     """A protocol action a transaction is given: refused at the call when this client cannot write it."""
     if not isinstance(protocol, Protocol):
         raise TypeError(f"protocol must be a Protocol action, not {type(protocol).__name__}")
-    check_write_supported(protocol, uses_identity=False, where=where)
+    check_write_supported(protocol, where=where)
     return protocol
 
 
@@ -76,18 +78,10 @@ def domain_metadata(domain: Any, configuration: Any, removed: Any) -> DomainMeta
     return DomainMetadata(domain, str_arg(configuration, "configuration"), bool_arg(removed, "removed"))
 
 
-def _uses(schema: dict, key: str) -> bool:
-    """Whether any field, at any depth, carries metadata ``key`` (invariants, generation, identity)."""
-    text = json.dumps(schema)
-    return f'"{key}' in text
-
-
 def validate_commit(txn: PendingCommit) -> None:
-    snap = txn.snapshot
-    metadata = txn.metadata or (snap.metadata if snap else None)
-    protocol = txn.protocol or (snap.protocol if snap else None)
+    snap, config = txn.snapshot, txn.configuration
     where = f"table {txn.table.uri}"
-    if metadata is None or protocol is None:
+    if config is None:
         raise InvalidCommitError(f"the first commit of {where} must set both protocol and metaData")
     if txn.metadata is not None:
         try:  # what readers check when they load the table: never commit metaData they would refuse
@@ -96,8 +90,7 @@ def validate_commit(txn: PendingCommit) -> None:
             raise InvalidCommitError(
                 f"{where}: the new metaData would make the table unreadable: {exc}"
             ) from None
-    schema = metadata.schema
-    check_write_supported(protocol, uses_identity=_uses(schema, "delta.identity."), where=where)
+    config.check_write(where)
     if snap is not None and txn.protocol is not None:
         old = snap.protocol
         if (txn.protocol.min_reader_version, txn.protocol.min_writer_version) < (
@@ -108,26 +101,26 @@ def validate_commit(txn: PendingCommit) -> None:
                 f"{where}: a commit may not downgrade the protocol from {old} to {txn.protocol}"
             )
     _check_unique_paths(txn, where)
-    check_deletion_vector_actions(txn.adds, protocol, metadata, where)
-    _check_append_only(txn, metadata.configuration, where)
-    _check_partitions(txn, metadata, where)
-    _check_constraints(txn, schema, metadata.configuration, where)
-    _check_features(txn, protocol, metadata, where)
+    check_deletion_vector_actions(txn.adds, config, where)
+    _check_append_only(txn, config, where)
+    _check_partitions(txn, config, where)
+    _check_constraints(txn, config, where)
+    _check_features(txn, config, where)
 
 
-def _check_features(txn: PendingCommit, protocol: Protocol, metadata: Metadata, where: str) -> None:
+def _check_features(txn: PendingCommit, config: TableConfiguration, where: str) -> None:
     """Rules of the features that shape a commit: row ids, identity values, clustering."""
     if any(d.domain == ROW_TRACKING_DOMAIN for d in txn.domains):
         # "Writers must not allow users to modify ... system-controlled domains": the transaction sets
         # this one itself, from the ids it assigns.
         raise InvalidCommitError(f"{where}: the {ROW_TRACKING_DOMAIN} domain is set by the commit itself, "
                                  "from the row ids it assigns; do not set it")  # fmt: skip
-    if txn.snapshot is not None and not txn.removes and '"delta.identity.' in metadata.schema_string:
+    if txn.snapshot is not None and not txn.removes and config.identity_columns:
         # Only appends: a commit that rewrites files (removes some) copies values generated before.
-        check_generated_values(txn.adds, txn.snapshot.metadata, metadata, where)
+        check_generated_values(txn.adds, txn.snapshot.metadata, config.metadata, where)
     domains = dict(txn.snapshot.domain_metadata if txn.snapshot else {})
     domains.update({d.domain: d for d in txn.domains})
-    check_clustering(protocol, metadata, domains, txn.adds, where)
+    check_clustering(config.protocol, config.metadata, domains, txn.adds, where)
 
 
 def _check_unique_paths(txn: PendingCommit, where: str) -> None:
@@ -154,19 +147,20 @@ def _check_unique_paths(txn: PendingCommit, where: str) -> None:
         raise InvalidCommitError(f"{where}: a domain is set twice in one commit")
 
 
-def _check_append_only(txn: PendingCommit, configuration: dict[str, str], where: str) -> None:
-    if bool_property(configuration, APPEND_ONLY) and any(r.data_change for r in txn.removes):
+def _check_append_only(txn: PendingCommit, config: TableConfiguration, where: str) -> None:
+    if config.append_only and any(r.data_change for r in txn.removes):
         raise InvalidCommitError(
             f"{where} is append-only (delta.appendOnly=true): this commit removes data; only rearranging "
             "files with dataChange=false is allowed"
         )
 
 
-def _check_partitions(txn: PendingCommit, metadata: Metadata, where: str) -> None:
+def _check_partitions(txn: PendingCommit, config: TableConfiguration, where: str) -> None:
     # "Values for all partition columns present in the schema MUST be present for all files", keyed by
     # physical names under column mapping ("Writer Requirements for Column Mapping").
-    mode = column_mapping_mode(metadata.configuration)
-    expected = set(physical_partition_names(metadata.schema, metadata.partition_columns, mode).values())
+    md = config.metadata
+    mode = config.column_mapping_mode
+    expected = set(physical_partition_names(md.schema, md.partition_columns, mode).values())
     for add in txn.adds:
         got = set(add.partition_values)
         if got != expected:
@@ -179,15 +173,15 @@ def _check_partitions(txn: PendingCommit, metadata: Metadata, where: str) -> Non
             )
 
 
-def _check_constraints(txn: PendingCommit, schema: dict, configuration: dict[str, str], where: str) -> None:
+def _check_constraints(txn: PendingCommit, config: TableConfiguration, where: str) -> None:
     if not txn.adds or txn.constraints_checked or not any(a.data_change for a in txn.adds):
         return
     needs = []
-    if _uses(schema, "delta.invariants"):
+    if config.has_invariants:
         needs.append("column invariants")
-    if any(k.startswith("delta.constraints.") for k in configuration):
+    if config.constraints:
         needs.append("CHECK constraints")
-    if _uses(schema, "delta.generationExpression"):
+    if config.generated_columns:
         needs.append("generated columns")
     if needs:
         raise InvalidCommitError(

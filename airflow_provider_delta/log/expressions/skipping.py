@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from ..actions.actions import Metadata
 from ..base.arrow_utils import FALSE, TRUE, from_numpy, int64_scalar, scalar
 from ..schema.partition_values import typed_partition_values
-from ..schema.schema import column_mapping_mode, physical_name
+from ..schema.schema import physical_name
 from .evaluate import cast, predicate_mask
 from .expressions import COMPARISONS, NEGATED, Call, Column, Expr, Literal
 from .sql_parser import UnsupportedExpressionError
@@ -199,17 +199,19 @@ def _all_null(path: tuple[str, ...], files: FileStatistics) -> pa.Array | None:
     return pc.fill_null(pc.equal(nulls, _num_records(files)), FALSE)
 
 
-def partition_matcher(metadata: Metadata, expr: Expr) -> Callable[[Mapping[str, str | None]], bool]:
+def partition_matcher(
+    metadata: Metadata, expr: Expr, mode: str
+) -> Callable[[Mapping[str, str | None]], bool]:
     """Whether a file with these serialised partition values (keyed by physical name, as in an ``add``) may
     hold rows where ``expr`` is true: the partition part decides, data columns are unknown (so may match).
-    What a conflict check asks of a concurrent append against a transaction's read predicate."""
-    mode = column_mapping_mode(metadata.configuration)
+    What a conflict check asks of a concurrent append against a transaction's read predicate; ``mode`` is
+    the table's column mapping mode."""
     physical = {f["name"].lower(): physical_name(f, mode) for f in metadata.schema["fields"]}
     kind = pa.map_(pa.string(), pa.string())
 
     def matches(values: Mapping[str, str | None]) -> bool:
         files = pa.table({"partitionValues": pa.array([list(values.items())], kind)})
-        facts = FileStatistics(1, typed_partition_values(metadata, files), None, physical)
+        facts = FileStatistics(1, typed_partition_values(metadata, files, mode), None, physical)
         return bool(files_matching(expr, facts)[0].as_py())
 
     return matches

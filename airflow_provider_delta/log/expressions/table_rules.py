@@ -12,7 +12,7 @@ file is written, never skipped.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -23,7 +23,6 @@ from .evaluate import predicate_mask
 from .expressions import Expr
 from .sql_parser import UnsupportedExpressionError, parse
 
-CHECK_PREFIX = "delta.constraints."
 INVARIANTS = "delta.invariants"
 GENERATION = "delta.generationExpression"
 
@@ -56,8 +55,9 @@ def _fields(fields: list[dict], prefix: tuple[str, ...] = ()) -> Iterator[tuple[
             yield from _fields(t["fields"], path)
 
 
-def table_rules(schema: dict, configuration: dict[str, str]) -> list[Rule]:
-    """The rules of a table: NOT NULL columns, invariants, generated columns, CHECK constraints."""
+def table_rules(schema: dict, constraints: Mapping[str, str]) -> list[Rule]:
+    """The rules of a table: NOT NULL columns, invariants, generated columns, CHECK constraints (by name,
+    as the table configuration reads them from ``delta.constraints.<name>``)."""
     rules = []
     for path, f in _fields(schema["fields"]):
         col = _column_path(path)
@@ -79,10 +79,8 @@ def table_rules(schema: dict, configuration: dict[str, str]) -> list[Rule]:
                     f"NOT (({col} <=> ({expr})) IS TRUE)",
                 )
             )
-    for key, expr in sorted(configuration.items()):
-        if key.startswith(CHECK_PREFIX):
-            name = key[len(CHECK_PREFIX) :]
-            rules.append(Rule(f"CHECK constraint {name}", expr, f"NOT coalesce(({expr}), false)"))
+    for name, expr in sorted(constraints.items()):
+        rules.append(Rule(f"CHECK constraint {name}", expr, f"NOT coalesce(({expr}), false)"))
     return rules
 
 

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 
 from ..actions.actions import AddFile, DomainMetadata, Metadata, Protocol
 from ..base.errors import InvalidCommitError, shown
-from ..schema.schema import column_mapping_mode, physical_name
+from ..schema.schema import physical_name
+from .properties import column_mapping_mode_of
 from .protocol import writer_features
 
 DOMAIN = "delta.clustering"
@@ -59,7 +60,7 @@ def domain_for(metadata: Metadata, columns: Sequence[str]) -> DomainMetadata:
     """The domain recording ``columns`` (logical names, ``a.b`` for a nested field) as the table's
     clustering columns, by physical name under column mapping ("Writer Requirements for Clustered
     Table"); an empty list turns clustering off, as ``ALTER TABLE ... CLUSTER BY NONE`` does."""
-    mode = column_mapping_mode(metadata.configuration)
+    mode = column_mapping_mode_of(metadata.configuration)
     paths = [_physical_path(metadata.schema, column, mode) for column in columns]
     body = {"clusteringColumns": paths, "domainName": DOMAIN}
     return DomainMetadata(DOMAIN, json.dumps(body, separators=(",", ":")))
@@ -67,7 +68,7 @@ def domain_for(metadata: Metadata, columns: Sequence[str]) -> DomainMetadata:
 
 def logical_names(metadata: Metadata, paths: Sequence[Sequence[str]]) -> list[str]:
     """Dotted logical names of clustering columns given as physical paths."""
-    mode = column_mapping_mode(metadata.configuration)
+    mode = column_mapping_mode_of(metadata.configuration)
     out = []
     for path in paths:
         fields, names = metadata.schema["fields"], []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -18,46 +19,18 @@ import pyarrow as pa
 from ..actions.actions import Metadata, Protocol
 from ..base.arguments import str_arg, str_list_arg, str_map_arg
 from ..base.errors import InvalidCommitError
-from ..schema.schema import arrow_schema_to_delta, column_mapping_mode
+from ..schema.schema import CM_ID, CM_PHYSICAL_NAME, arrow_schema_to_delta
+from .configuration import MAX_COLUMN_ID, schema_marks
 from .protocol import required_protocol
+from .registry import Usage, asked_by_properties, used_by, with_requirements
 from .row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID
 
-_PROPERTY_FEATURES = {
-    ("delta.appendOnly", "true"): "appendOnly",
-    ("delta.enableChangeDataFeed", "true"): "changeDataFeed",
-    ("delta.enableDeletionVectors", "true"): "deletionVectors",
-    ("delta.enableInCommitTimestamps", "true"): "inCommitTimestamp",
-    ("delta.checkpointPolicy", "v2"): "v2Checkpoint",
-    ("delta.enableTypeWidening", "true"): "typeWidening",
-    ("delta.enableRowTracking", "true"): "rowTracking",
-}
-# Features that need another ("Row Tracking", "Clustered Table": domainMetadata is required).
-_DEPENDENCIES = {"rowTracking": "domainMetadata", "clustering": "domainMetadata"}
 
-
-def required_features(schema: dict[str, Any], configuration: dict[str, str]) -> set[str]:
-    """Features a table with this schema and these properties uses."""
-    text = json.dumps(schema)
-    features = {f for (k, v), f in _PROPERTY_FEATURES.items() if str(configuration.get(k, "")).lower() == v}
-    if '"delta.invariants"' in text:
-        features.add("invariants")
-    if any(k.startswith("delta.constraints.") for k in configuration):
-        features.add("checkConstraints")
-    if '"delta.generationExpression"' in text:
-        features.add("generatedColumns")
-    if '"delta.identity.' in text:
-        features.add("identityColumns")
-    if '"timestamp_ntz"' in text:
-        features.add("timestampNtz")
-    if '"variant"' in text:
-        features.add("variantType")
-    if column_mapping_mode(configuration) != "none":
-        features.add("columnMapping")
-    for key, value in configuration.items():
-        if key.startswith("delta.feature.") and value.lower() in ("supported", "enabled"):
-            features.add(key[len("delta.feature.") :])
-    features |= {_DEPENDENCIES[f] for f in features if f in _DEPENDENCIES}
-    return features
+def required_features(schema: dict[str, Any], configuration: Mapping[str, str]) -> set[str]:
+    """Features a table with this schema and these properties uses (the registry's in-use checks), those
+    its ``delta.feature.<name>`` properties ask for, and every feature they require."""
+    usage = Usage(configuration, schema_marks(schema))
+    return with_requirements(used_by(usage) | asked_by_properties(configuration))
 
 
 def _name_row_tracking_columns(configuration: dict[str, str]) -> None:
@@ -67,19 +40,28 @@ def _name_row_tracking_columns(configuration: dict[str, str]) -> None:
     configuration.setdefault(MATERIALIZED_ROW_COMMIT_VERSION, f"_row-commit-version-col-{uuid.uuid4()}")
 
 
-def _assign_column_mapping(fields: list[dict[str, Any]], next_id: int) -> int:
-    for f in fields:
-        md = f.setdefault("metadata", {})
-        if "delta.columnMapping.id" not in md:
-            next_id += 1
-            md["delta.columnMapping.id"] = next_id
-        md.setdefault("delta.columnMapping.physicalName", f"col-{uuid.uuid4()}")
-        t = f["type"]
-        while isinstance(t, dict) and t.get("type") in ("array", "map"):
-            t = t.get("elementType") or t.get("valueType")
-        if isinstance(t, dict) and t.get("type") == "struct":
-            next_id = _assign_column_mapping(t["fields"], next_id)
-    return next_id
+def assign_column_mapping(schema: dict[str, Any], configuration: Mapping[str, str]) -> dict[str, str]:
+    """Give every field without one a column id and a physical name, in place ("Writer Requirements for
+    Column Mapping"); returns the configuration with the new ``delta.columnMapping.maxColumnId``. Used when
+    a table is created and when a write adds columns."""
+    next_id = int(configuration.get(MAX_COLUMN_ID, 0))
+
+    def visit(fields: list[dict[str, Any]]) -> None:
+        nonlocal next_id
+        for f in fields:
+            md = f.setdefault("metadata", {})
+            if CM_ID not in md:
+                next_id += 1
+                md[CM_ID] = next_id
+            md.setdefault(CM_PHYSICAL_NAME, f"col-{uuid.uuid4()}")
+            t = f["type"]
+            while isinstance(t, dict) and t.get("type") in ("array", "map"):
+                t = t.get("elementType") or t.get("valueType")
+            if isinstance(t, dict) and t.get("type") == "struct":
+                visit(t["fields"])
+
+    visit(schema["fields"])
+    return {**configuration, MAX_COLUMN_ID: str(next_id)}
 
 
 def initial_actions(
@@ -111,13 +93,10 @@ def initial_actions(
             raise InvalidCommitError(f"partition column {col!r} must have a primitive type")
     features = required_features(delta_schema, configuration)
     if "columnMapping" in features:
-        max_id = _assign_column_mapping(
-            delta_schema["fields"], int(configuration.get("delta.columnMapping.maxColumnId", 0))
-        )
-        configuration["delta.columnMapping.maxColumnId"] = str(max_id)
+        configuration = assign_column_mapping(delta_schema, configuration)
     if "rowTracking" in features:
         _name_row_tracking_columns(configuration)
-    explicit = any(k.startswith("delta.feature.") for k in configuration)
+    explicit = bool(asked_by_properties(configuration))
     protocol = required_protocol(features, explicit=explicit)
     metadata = Metadata(
         id=str(uuid.uuid4()),

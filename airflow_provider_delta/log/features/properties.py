@@ -28,6 +28,7 @@ ENABLE_IN_COMMIT_TIMESTAMPS = "delta.enableInCommitTimestamps"
 ICT_ENABLEMENT_VERSION = "delta.inCommitTimestampEnablementVersion"
 ICT_ENABLEMENT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
 APPEND_ONLY = "delta.appendOnly"
+COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 
 # Integer properties the core reads, with the least value that makes sense (-1: "all columns").
 INTEGER_PROPERTIES = {
@@ -89,12 +90,21 @@ def ict_enablement_version(configuration: Mapping[str, str]) -> int | None:
     return int(configuration.get(ICT_ENABLEMENT_VERSION, "0"))
 
 
+def column_mapping_mode_of(properties: Mapping[str, str]) -> str:
+    """``delta.columnMapping.mode`` ("Column Mapping"): "none", "id" or "name"; absent means "none"."""
+    mode = str((properties or {}).get(COLUMN_MAPPING_MODE, "none")).lower()
+    if mode not in ("none", "id", "name"):
+        raise ValueError(f"unknown {COLUMN_MAPPING_MODE} {mode!r}")
+    return mode
+
+
 def check_properties(configuration: Mapping[str, str]) -> None:
     """Raise ``ValueError`` naming the first property the core interprets whose value it cannot use.
 
     Checked when a table's metadata is read, so that a bad value is reported there, with the file it came
     from, rather than by whichever operation happens to use it first (a checkpoint, VACUUM, log cleanup).
     """
+    column_mapping_mode_of(configuration)
     for key in INTERVAL_PROPERTIES:
         if key in configuration:
             try:

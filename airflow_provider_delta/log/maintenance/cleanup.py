@@ -25,8 +25,6 @@ from urllib.parse import unquote
 import pyarrow.parquet as pq
 
 from ..base.arguments import int_arg
-from ..features.properties import LOG_RETENTION, bool_property, interval_property_ms
-from ..features.protocol import check_write_supported
 from ..files.segment import CLASSIC_RE, COMMIT_RE, MULTI_RE, V2_RE, group_checkpoints
 from ..files.storage import FileMeta, LogStore, delete_files, mtime_of
 from ..snapshot.replay import CheckpointReadError, check_checkpoint
@@ -56,13 +54,13 @@ def cleanup_expired_logs(
     store = table.store
     snap = load_snapshot(store)
     # Deleting log files is writing to the table: only a writer of all its features may ("Table Features").
-    check_write_supported(snap.protocol, uses_identity=False, where=f"log cleanup of {store.uri}")
-    config = snap.configuration
-    if not bool_property(config, ENABLE_EXPIRED_LOG_CLEANUP, default=True):
+    config = snap.table_configuration
+    config.check_write(f"log cleanup of {store.uri}")
+    if not config.expired_log_cleanup:
         log.info("%s is false for %s: no log cleanup", ENABLE_EXPIRED_LOG_CLEANUP, store.uri)
         return []
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
-    retention = interval_property_ms(config, LOG_RETENTION) if retention_ms is None else int(retention_ms)
+    retention = config.log_retention_ms if retention_ms is None else int(retention_ms)
     cutoff = _midnight_utc(now - (retention or 0))
     files = store.list_log(0)
     boundary = readable_boundary(store, files, cutoff, snap.version)

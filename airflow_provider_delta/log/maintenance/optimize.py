@@ -37,10 +37,10 @@ from ..base.errors import CommitOutcomeUnknownError
 from ..features.row_tracking import materialized_columns as tracked_columns
 from ..scans.scan import Scan, gathered
 from ..schema.physical_columns import to_physical
-from ..schema.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
 from ..snapshot.snapshot import Snapshot
 from ..snapshot.table_context import TableContext
-from ..writes.data_files import ROW_GROUP_BYTES, DataFileWriter, data_file_name, partition_dir
+from ..writes.data_files import ROW_GROUP_BYTES, DataFileWriter
+from ..writes.write_plan import rewrite_plan
 from .optimize_commit import BatchResult, OptimizeMetrics, commit_batch, rewritten_files, summarize
 from .optimize_plan import Bin, OptimizePlan, plan_optimize
 from .space_filling_curves import curve_keys, cut_keys, part_ids, range_boundaries
@@ -211,20 +211,14 @@ class _BinWriter:
     def __init__(
         self, table: TableContext, plan: OptimizePlan, bin_: Bin, kept: tuple[str, str] | None, parts: int
     ) -> None:
-        md = plan.snapshot.metadata
-        mode = column_mapping_mode(md.configuration)
-        partitions = {c.lower() for c in md.partition_columns}
-        data_fields = [f for f in md.schema["fields"] if f["name"].lower() not in partitions]
-        self.data_columns = [f["name"] for f in data_fields]
-        physical = delta_schema_to_arrow({"type": "struct", "fields": data_fields}, physical=True)
-        if kept:  # "Row Tracking": materialized ids and versions, after the table's columns
-            physical = physical.append(pa.field(kept[0], pa.int64())).append(pa.field(kept[1], pa.int64()))
-        self.physical, self.kept = physical, kept
-        by_name = {f["name"]: f for f in md.schema["fields"]}
-        names = [physical_name(by_name[c], mode) for c in md.partition_columns]
-        self.folder = partition_dir(bin_.partition_values, names) if names else ""
+        # "Row Tracking": materialized ids and versions are written after the table's columns.
+        config = plan.snapshot.table_configuration
+        write = rewrite_plan(config, f"table {table.uri}", hidden_columns=kept or ())
+        self.layout = write.layout
+        self.data_columns = list(self.layout.data_columns)
+        self.physical, self.kept = self.layout.physical, kept
+        self.folder = self.layout.partition_dir(bin_.partition_values)
         self.table, self.bin, self.plan, self.parts = table, bin_, plan, parts
-        self.stats_of = (md.schema, dict(md.configuration), tuple(md.partition_columns))
         self.row_group_bytes = max(1 << 20, min(ROW_GROUP_BYTES, plan.max_file_size, _PENDING_LIMIT // parts))
         self.open: dict[int, DataFileWriter] = {}
         self.adds: list[AddFile] = []
@@ -254,11 +248,12 @@ class _BinWriter:
     def _append(self, part: int, physical: pa.Table) -> None:
         writer = self.open.get(part)
         if writer is None:
-            rel = f"{self.folder}/{data_file_name(part)}" if self.folder else data_file_name(part)
+            name = self.layout.file_name(part)
+            rel = f"{self.folder}/{name}" if self.folder else name
             self.made.append(rel)
             store = self.table.store
-            writer = DataFileWriter(store.fs, store.root, rel, dict(self.bin.partition_values), self.physical,
-                                    self.stats_of, self.row_group_bytes)  # fmt: skip
+            writer = DataFileWriter(store.fs, store.root, rel, dict(self.bin.partition_values), self.layout,
+                                    self.row_group_bytes)  # fmt: skip
             self.open[part] = writer
         writer.write(physical)
         if self.parts == 1 and writer.written_bytes >= self.plan.max_file_size:

@@ -34,10 +34,9 @@ import pyarrow.compute as pc
 
 from ..base.arrow_utils import TRUE, from_numpy, int64_scalar, scalar, to_numpy
 from ..base.errors import OptimizeError, PartitionFilterError, ZOrderColumnError
-from ..features.protocol import check_write_supported, writer_features
 from ..schema.partition_values import typed_partition_values
-from ..schema.schema import column_mapping_mode, physical_name
-from ..schema.stats import stats_schema, typed_file_stats
+from ..schema.schema import physical_name
+from ..schema.stats import typed_file_stats
 from ..snapshot.snapshot import Snapshot
 from .space_filling_curves import DEFAULT_NUM_RANGES
 
@@ -47,7 +46,6 @@ DEFAULT_MAX_FILE_SIZE = GIB  # spark.databricks.delta.optimize.maxFileSize
 DEFAULT_MAX_DELETED_ROWS_RATIO = 0.05  # spark.databricks.delta.optimize.maxDeletedRowsRatio
 MIN_CUBE_SIZE = 100 * DEFAULT_MAX_FILE_SIZE  # optimize.clustering.mergeStrategy.minCubeSize.threshold
 TARGET_CUBE_SIZE = MIN_CUBE_SIZE * 3 // 2  # ...minCubeSize.targetCubeSize
-TARGET_FILE_SIZE = "delta.targetFileSize"
 CLUSTERING_DOMAIN = "delta.clustering"
 CLUSTERING_PROVIDER = "liquid"
 ZCUBE_ID = "ZCUBE_ID"
@@ -119,10 +117,12 @@ def plan_optimize(
     :param zorder_by: Z-order by these columns (not partition columns; they need statistics).
     """
     where = f"table {snapshot.store.uri}"
-    identity = '"delta.identity.' in snapshot.metadata.schema_string
-    check_write_supported(snapshot.protocol, uses_identity=identity, where=where)
-    config = snapshot.metadata.configuration
-    target = _size_property(config, where)
+    config = snapshot.table_configuration
+    config.check_write(where)
+    try:
+        target = config.target_file_size
+    except ValueError as exc:
+        raise OptimizeError(f"{where}: {exc}") from None
     min_size = _non_negative("min_file_size", min_file_size, target or DEFAULT_MIN_FILE_SIZE)
     max_size = _non_negative("max_file_size", max_file_size, target or DEFAULT_MAX_FILE_SIZE)
     ratio = DEFAULT_MAX_DELETED_ROWS_RATIO if max_deleted_rows_ratio is None else max_deleted_rows_ratio
@@ -130,7 +130,7 @@ def plan_optimize(
         raise OptimizeError(f"max_deleted_rows_ratio must be in [0, 1], not {ratio}")
     if batch_size is not None and batch_size <= 0:
         raise OptimizeError(f"batch_size must be positive, not {batch_size}")
-    clustered = "clustering" in writer_features(snapshot.protocol)
+    clustered = config.clustered
     columns = tuple(clustering_columns(snapshot)) if clustered else ()
     if clustered and partition_filter:
         raise OptimizeError(f"{where} is clustered: OPTIMIZE of a clustered table takes no partition filter")
@@ -149,27 +149,6 @@ def plan_optimize(
         bins=tuple(bins), batches=_batches(bins, batch_size), considered_files=considered,
         predicate=predicate, num_ranges=num_ranges,
     )  # fmt: skip
-
-
-def _size_property(config: dict[str, str], where: str) -> int | None:
-    value = config.get(TARGET_FILE_SIZE)
-    if value is None:
-        return None
-    try:
-        size = _bytes(value)
-    except ValueError:
-        raise OptimizeError(f"{where}: table property {TARGET_FILE_SIZE}={value!r} is not a size") from None
-    return size
-
-
-def _bytes(text: str) -> int:
-    """A Spark byte size: ``134217728``, ``128m``, ``1g``, ``64mb``."""
-    s = text.strip().lower().removesuffix("b")
-    scale = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}.get(s[-1:], 1)
-    number = int(s[:-1] if scale > 1 else s)
-    if number <= 0:
-        raise ValueError(text)
-    return number * scale
 
 
 def _non_negative(name: str, value: int | None, default: int) -> int:
@@ -199,10 +178,8 @@ def check_zorder_columns(snapshot: Snapshot, columns: Sequence[str]) -> list[str
     order, and have statistics (Delta Spark's ``validateZorderByColumns``)."""
     md = snapshot.metadata
     partitions = {c.lower() for c in md.partition_columns}
-    mode = column_mapping_mode(md.configuration)
-    indexed = stats_schema(md.schema, mode=mode, partition_columns=list(md.partition_columns),
-                           num_indexed_cols=int(md.configuration.get("delta.dataSkippingNumIndexedCols", 32)),
-                           stats_columns=md.configuration.get("delta.dataSkippingStatsColumns"))  # fmt: skip
+    mode = snapshot.table_configuration.column_mapping_mode
+    indexed = snapshot.table_configuration.stats_schema
     out = []
     for name in columns:
         path = _resolve(snapshot, name)
@@ -244,7 +221,7 @@ def clustering_columns(snapshot: Snapshot) -> list[str]:
     except (ValueError, AttributeError):
         where = f"table {snapshot.store.uri}"
         raise OptimizeError(f"{where}: the {CLUSTERING_DOMAIN} domain is not JSON") from None
-    mode = column_mapping_mode(snapshot.metadata.configuration)
+    mode = snapshot.table_configuration.column_mapping_mode
     names = []
     for physical in parts:
         fields, logical = snapshot.metadata.schema["fields"], []
@@ -278,7 +255,7 @@ def filter_partitions(snapshot: Snapshot, partition_filter: Any) -> tuple[pa.Tab
             f"OPTIMIZE's filter may name only partition columns of table {snapshot.store.uri} "
             f"({snapshot.partition_columns}), not {others}", columns=tuple(others),
         )  # fmt: skip
-    typed = typed_partition_values(snapshot.metadata, files)
+    typed = typed_partition_values(snapshot.metadata, files, snapshot.table_configuration.column_mapping_mode)
     mask = from_numpy(np.zeros(files.num_rows, dtype=bool))
     texts = []
     for conj in conjunctions:
@@ -310,7 +287,8 @@ def _needs_compaction(snapshot: Snapshot, files: pa.Table, min_size: int, ratio:
     has_dv = pc.is_valid(deleted)
     if not pc.any(has_dv).as_py():
         return small
-    records = pc.struct_field(typed_file_stats(snapshot.metadata, files), "numRecords")
+    stats = typed_file_stats(snapshot.table_configuration.stats_schema, files)
+    records = pc.struct_field(stats, "numRecords")
     share = pc.divide(pc.cast(deleted, pa.float64()), pc.cast(records, pa.float64()))
     heavy = pc.or_kleene(pc.is_null(records), pc.greater(share, scalar(float(ratio), pa.float64())))
     return pc.or_kleene(small, pc.and_kleene(has_dv, pc.fill_null(heavy, TRUE)))
@@ -341,7 +319,7 @@ def _by_partition(snapshot: Snapshot, files: pa.Table) -> list[tuple[dict[str, s
         return []
     if not snapshot.partition_columns:
         return [({}, files)]
-    typed = typed_partition_values(snapshot.metadata, files)
+    typed = typed_partition_values(snapshot.metadata, files, snapshot.table_configuration.column_mapping_mode)
     keyed = typed.append_column("__row", from_numpy(np.arange(files.num_rows, dtype=np.int64)))
     names = list(typed.column_names)
     groups = keyed.group_by(names, use_threads=False).aggregate([("__row", "list")])

@@ -42,10 +42,8 @@ from ..features.properties import (
     ENABLE_IN_COMMIT_TIMESTAMPS,
     ICT_ENABLEMENT_TIMESTAMP,
     ICT_ENABLEMENT_VERSION,
-    ict_enablement_version,
-    interval_property_ms,
 )
-from ..features.protocol import merge_protocols, protocol_features, writer_features
+from ..features.protocol import merge_protocols, protocol_features
 from ..files.deletion_vectors import stored_dv_paths
 from ..snapshot.history import timestamp_ms, version_at_timestamp
 from ..snapshot.replay import reconciliation_keys
@@ -157,7 +155,7 @@ def restore(
 
 
 def _version_at(table: TableContext, latest: Snapshot, timestamp: Any) -> int:
-    ict_from = ict_enablement_version(latest.metadata.configuration)
+    ict_from = latest.table_configuration.in_commit_timestamps_from
     try:
         return version_at_timestamp(table.store, ict_from, timestamp)
     except VersionNotFoundError as exc:
@@ -174,7 +172,7 @@ def _timestamp_text(timestamp: Any) -> str:
 def _check_retention(latest: Snapshot, target: Snapshot, where: str) -> None:
     """Delta Spark refuses to time-travel (and restore) beyond ``delta.deletedFileRetentionDuration``:
     VACUUM may have deleted files only such versions need."""
-    retention = interval_property_ms(latest.metadata.configuration, DELETED_FILE_RETENTION) or 0
+    retention = latest.table_configuration.deleted_file_retention_ms
     now = int(time.time() * 1000)
     if target.timestamp < now - retention:
         raise RestoreTargetError(
@@ -272,7 +270,7 @@ def restored_domains(target: Snapshot, latest: Snapshot) -> list[DomainMetadata]
     the result lacks is removed; every other domain stays as the latest has it."""
     new: list[DomainMetadata] = []
     if CLUSTERING_DOMAIN in latest.domain_metadata:
-        clustered = "clustering" in writer_features(target.protocol)
+        clustered = target.table_configuration.clustered
         old = target.domain_metadata.get(CLUSTERING_DOMAIN)
         config = old.configuration if clustered and old is not None else json.dumps({"clusteringColumns": []})
         new.append(DomainMetadata(CLUSTERING_DOMAIN, config))

@@ -28,11 +28,10 @@ from ..base.arguments import bool_arg, callable_arg, int_arg, number_arg
 from ..base.arrow_utils import from_numpy, from_strings, int64_scalar, single
 from ..base.errors import DeltaError, RetentionTooShortError
 from ..commits.transaction import Transaction
-from ..features.properties import DELETED_FILE_RETENTION, bool_property, interval_property_ms
-from ..features.protocol import check_write_supported
+from ..features.properties import DELETED_FILE_RETENTION
 from ..files.deletion_vectors import stored_dv_paths
 from ..files.storage import LogStore, delete_files, mtime_of
-from ..schema.schema import column_mapping_mode, physical_partition_names
+from ..schema.schema import physical_partition_names
 from ..snapshot.snapshot import Snapshot, load_snapshot, update_snapshot
 from ..snapshot.table_context import TableContext
 
@@ -96,7 +95,7 @@ def vacuum(
     pa.default_memory_pool().release_unused()
     # Delta Spark requires writer support (and, with vacuumProtocolCheck, reader support too, which
     # check_write_supported always includes) before deleting anything.
-    check_write_supported(snap.protocol, uses_identity=False, where=f"VACUUM of {store.uri}")
+    snap.table_configuration.check_write(f"VACUUM of {store.uri}")
     retention_ms = _retention_ms(snap, retention_hours, enforce_retention_duration)
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     cutoff = now - retention_ms
@@ -112,7 +111,7 @@ def vacuum(
         log.info("VACUUM DRY RUN of %s: %d files (%d bytes) would be deleted", store.uri, len(files), size)
         return VacuumReport(files, size, time.monotonic() - started, True, hours)
     # Delta Spark logs by default on stores that take concurrent commits safely; ours all do.
-    logged = bool_property(snap.configuration, VACUUM_LOGGING, default=True)
+    logged = snap.table_configuration.vacuum_logging
     if logged:
         params = {
             "retentionCheckEnabled": enforce_retention_duration,
@@ -181,7 +180,7 @@ def _report_files_committed_while_deleting(
 
 # -- retention ------------------------------------------------------------------------------------------
 def _table_retention_ms(snap: Snapshot) -> int:
-    return interval_property_ms(snap.configuration, DELETED_FILE_RETENTION) or 0
+    return snap.table_configuration.deleted_file_retention_ms
 
 
 def _retention_ms(snap: Snapshot, retention_hours: float | None, enforce: bool) -> int:
@@ -247,7 +246,8 @@ def _relative(paths: pa.Array, root: str) -> pa.Array:
 # -- what exists ------------------------------------------------------------------------------------------
 def _partition_dir_names(snap: Snapshot) -> tuple[str, ...]:
     cols = snap.partition_columns
-    physical = physical_partition_names(snap.metadata.schema, cols, column_mapping_mode(snap.configuration))
+    mode = snap.table_configuration.column_mapping_mode
+    physical = physical_partition_names(snap.metadata.schema, cols, mode)
     return tuple(sorted(set(cols) | set(physical.values())))
 
 

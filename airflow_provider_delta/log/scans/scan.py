@@ -28,11 +28,9 @@ from ..expressions.expressions import ColumnNotFoundError, Opaque, as_expr
 from ..expressions.skipping import FileStatistics, files_matching
 from ..expressions.sql_parser import parse
 from ..schema.partition_values import typed_partition_values
-from ..schema.schema import column_mapping_mode, physical_name
+from ..schema.schema import physical_name
 from ..schema.stats import typed_file_stats
 from .scan_file import (
-    ROW_ID_COLUMN,
-    ROW_VERSION_COLUMN,
     FileTask,
     ReadSpec,
     check_metadata_fields,
@@ -88,8 +86,8 @@ class Scan:
         self.columns = tuple(
             _resolve(c, by_lower, where) for c in (columns or [f["name"] for f in schema["fields"]])
         )
-        check_metadata_fields(metadata, snapshot.protocol, snapshot.metadata, where)
-        config = snapshot.metadata.configuration
+        config = snapshot.table_configuration
+        check_metadata_fields(metadata, config, where)
         self.arrow_filter = filter if isinstance(filter, pc.Expression) else None
         self.filter = parse(filter) if isinstance(filter, str) else as_expr(filter)
         needed = [
@@ -97,11 +95,12 @@ class Scan:
         ]
         read = [*self.columns, *(c for c in dict.fromkeys(needed) if c not in self.columns)]
         self.spec = ReadSpec(
-            schema=schema, mode=column_mapping_mode(config),
+            schema=schema, mode=config.column_mapping_mode,
             partition_columns=tuple(snapshot.partition_columns),
             columns=self.columns, read_columns=tuple(read), metadata=tuple(metadata),
             filter=None if self.arrow_filter is not None else self.filter, arrow_filter=self.arrow_filter,
-            row_id_column=config.get(ROW_ID_COLUMN), row_version_column=config.get(ROW_VERSION_COLUMN),
+            row_id_column=config.materialized_row_id_column,
+            row_version_column=config.materialized_row_commit_version_column,
             storage_options=dict(snapshot.store.storage_options),
         )  # fmt: skip
         self.files = self._plan(snapshot.files if files is None else files)
@@ -133,13 +132,15 @@ class Scan:
         self.candidates = files.num_rows
         if self.filter is None or files.num_rows == 0 or isinstance(self.filter, Opaque):
             return files
-        md = self.snapshot.metadata
-        mode = column_mapping_mode(md.configuration)
+        config = self.snapshot.table_configuration
+        md = config.metadata
+        mode = config.column_mapping_mode
         physical = {f["name"].lower(): physical_name(f, mode) for f in md.schema["fields"]}
-        stats = typed_file_stats(md, files) if "stats" in files.column_names else None
+        stats = typed_file_stats(config.stats_schema, files) if "stats" in files.column_names else None
         live = stats is not None and files is self.snapshot.files  # change reads have no checkpoint rows
         parsed = checkpoint_stats(self.snapshot, files) if live else None
-        facts = FileStatistics(files.num_rows, typed_partition_values(md, files), stats, physical, parsed)
+        typed = typed_partition_values(md, files, mode)
+        facts = FileStatistics(files.num_rows, typed, stats, physical, parsed)
         return files.filter(files_matching(self.filter, facts))
 
     def tasks(self) -> list[FileTask]:

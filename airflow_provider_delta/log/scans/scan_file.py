@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..actions.actions import Metadata, Protocol
 from ..base.arrow_utils import (
     copied,
     fitting_row_ranges,
@@ -38,18 +37,16 @@ from ..base.errors import UnsupportedFeatureError
 from ..expressions.evaluate import predicate_mask
 from ..expressions.expressions import Expr, as_expr
 from ..expressions.sql_parser import parse
-from ..features.row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID, is_enabled
+from ..features.configuration import TableConfiguration
 from ..files.deletion_vectors import deleted_rows
 from ..schema.partition_values import parse_partition_value
 from ..schema.physical_columns import find_field, logical_type, resolve_column
-from ..schema.schema import column_mapping_mode, physical_name
+from ..schema.schema import physical_name
 
 METADATA_FIELDS = {
     "file_path": pa.string(), "row_index": pa.int64(), "row_id": pa.int64(), "row_commit_version": pa.int64(),
 }  # fmt: skip
 METADATA_COLUMN = "_metadata"
-ROW_ID_COLUMN = MATERIALIZED_ROW_ID
-ROW_VERSION_COLUMN = MATERIALIZED_ROW_COMMIT_VERSION
 THREADED_ROW_GROUP_ROWS = 64 * 1024  # row groups at least this long are decoded on Arrow's threads
 NESTED_BATCH_ROWS = 64 * 1024  # rows a batch of a row group pyarrow cannot read whole (see ``_row_group``)
 # Row groups at least this long have their columns copied into compact buffers (see ``_logical_batch``);
@@ -63,13 +60,13 @@ DISTINCT_SHARE = 0.5
 _LOCAL = pafs.LocalFileSystem()
 
 
-def check_metadata_fields(fields: Sequence[str], protocol: Protocol, metadata: Metadata, where: str) -> None:
+def check_metadata_fields(fields: Sequence[str], config: TableConfiguration, where: str) -> None:
     """Refuse ``_metadata`` fields that do not exist, and row ids on a table that does not track rows (as
     Delta Spark: readers may rely on row ids only once ``delta.enableRowTracking`` is true)."""
     unknown = [m for m in fields if m not in METADATA_FIELDS]
     if unknown:
         raise ValueError(f"unknown _metadata field(s) {unknown}; known: {list(METADATA_FIELDS)}")
-    if {"row_id", "row_commit_version"} & set(fields) and not is_enabled(protocol, metadata):
+    if {"row_id", "row_commit_version"} & set(fields) and not config.row_tracking_enabled:
         raise UnsupportedFeatureError(
             f"{where} does not enable row tracking (delta.enableRowTracking): its rows have no row_id or "
             "row_commit_version to read", features=("rowTracking",),
@@ -154,7 +151,7 @@ class ReadSpec:
 
 
 def read_spec_of(
-    metadata: Metadata,
+    config: TableConfiguration,
     columns: Sequence[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     filter: Any = None,
@@ -163,6 +160,7 @@ def read_spec_of(
     spells them) of a table with ``metadata``, rows where ``filter`` (SQL text, DNF tuples or a
     ``pyarrow.compute.Expression``, as ``Scan`` takes) holds: what readers that plan their own files
     (change reads) hand ``read_data_file``."""
+    metadata = config.metadata
     schema = metadata.schema
     names = tuple(columns) if columns is not None else tuple(f["name"] for f in schema["fields"])
     by_lower = {f["name"].lower(): f["name"] for f in schema["fields"]}
@@ -170,12 +168,12 @@ def read_spec_of(
     expr = parse(filter) if isinstance(filter, str) else as_expr(filter)
     needed = [by_lower.get(str(c[0]).lower(), c[0]) for c in (expr.columns() if expr is not None else ())]
     filter = None if arrow_filter is not None else expr
-    config = metadata.configuration
     return ReadSpec(
-        schema=schema, mode=column_mapping_mode(config), partition_columns=tuple(metadata.partition_columns),
+        schema=schema, mode=config.column_mapping_mode, partition_columns=tuple(metadata.partition_columns),
         columns=names, read_columns=(*names, *(c for c in dict.fromkeys(needed) if c not in names)),
-        filter=filter, arrow_filter=arrow_filter, row_id_column=config.get(ROW_ID_COLUMN),
-        row_version_column=config.get(ROW_VERSION_COLUMN), storage_options=dict(storage_options or {}),
+        filter=filter, arrow_filter=arrow_filter, row_id_column=config.materialized_row_id_column,
+        row_version_column=config.materialized_row_commit_version_column,
+        storage_options=dict(storage_options or {}),
     )  # fmt: skip
 
 
@@ -353,11 +351,13 @@ def _dictionary_columns(footer: pq.FileMetaData, layout: _Layout, spec: ReadSpec
 
 def _repeats(chunk: pq.ColumnChunkMetaData) -> bool:
     """Whether a column chunk is dictionary-encoded with a dictionary page (compressed: the page before the
-    first data page) under ``DICTIONARY_PAGE_SHARE`` of its bytes."""
+    first data page) under ``DICTIONARY_PAGE_SHARE`` of its bytes, or of under a byte per eight values: a
+    codec such as zstd squeezes the indexes of a few repeated values to almost nothing, leaving the small
+    dictionary page the larger part."""
     if not chunk.has_dictionary_page or chunk.data_page_offset <= chunk.dictionary_page_offset:
         return False
     page = chunk.data_page_offset - chunk.dictionary_page_offset
-    return page < DICTIONARY_PAGE_SHARE * chunk.total_compressed_size
+    return page < DICTIONARY_PAGE_SHARE * chunk.total_compressed_size or page * 8 < chunk.num_values
 
 
 def _kept(

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from ..actions.actions import Metadata
 from ..base.arrow_utils import EMPTY_STRING, NULL_STRING, TRUE, string_scalar
 from ..base.errors import CorruptLogError
-from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_partition_names
+from .schema import decimal_params, delta_type_to_arrow, physical_partition_names
 
 _TIMESTAMP_RE = re.compile(
     r"^(\d{4,})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,9}))?)?)?"
@@ -196,16 +196,16 @@ def serialize_partition_value(value: Any, delta_type: str) -> str | None:
     return value.isoformat(sep=" ", timespec="microseconds")
 
 
-def typed_partition_values(metadata: Metadata, files: pa.Table) -> pa.Table:
+def typed_partition_values(metadata: Metadata, files: pa.Table, mode: str) -> pa.Table:
     """Typed partition values of ``files`` (rows of AddFile), one column per partition column, by logical
-    name; values are looked up by physical name under column mapping.
+    name; values are looked up by physical name under column mapping ``mode`` (the table configuration's).
 
     A value that does not parse for its column's type raises ``CorruptLogError`` naming the data file (as
     the log records it) and the value: the log holds an ``add`` no writer should have written.
     """
     schema = metadata.schema
     columns = list(metadata.partition_columns)
-    physical = physical_partition_names(schema, columns, column_mapping_mode(metadata.configuration))
+    physical = physical_partition_names(schema, columns, mode)
     by_lower = {f["name"].lower(): f["type"] for f in schema["fields"]}
     raw = files.column("partitionValues")
     typed = {}

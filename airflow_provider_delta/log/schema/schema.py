@@ -288,14 +288,6 @@ def _from_arrow(t: pa.DataType, path: str) -> str | dict:
 # ------------------------------------------------------- Column mapping
 
 
-def column_mapping_mode(configuration: dict[str, str]) -> str:
-    """`delta.columnMapping.mode` ("Column Mapping"): "none", "id" or "name"; absent means "none"."""
-    mode = (configuration or {}).get("delta.columnMapping.mode", "none").lower()
-    if mode not in ("none", "id", "name"):
-        raise ValueError(f"unknown delta.columnMapping.mode {mode!r}")
-    return mode
-
-
 def physical_name(field: dict, mode: str) -> str:
     """The name data files, stats and partition values use for `field` under `mode`."""
     if mode == "none":

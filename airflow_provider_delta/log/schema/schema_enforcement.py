@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import copy
 import json
-import uuid
 from typing import Any
 
 from ..base.errors import SchemaMismatchError
 from .physical_columns import strip_type
-from .schema import CM_ID, CM_PHYSICAL_NAME
 
 
 def type_text(t: Any) -> str:
@@ -139,26 +137,3 @@ def _merged_type(
     if strip_type(table, nullable=True) != strip_type(data, nullable=True):
         found.mismatched.append(f"{path!r} (table: {type_text(table)}, {found.source}: {type_text(data)})")
     return table
-
-
-def assign_column_mapping(schema: dict, configuration: dict[str, str]) -> dict[str, str]:
-    """Give fields without one an id and a physical name (in place); returns the configuration with the
-    new ``delta.columnMapping.maxColumnId`` ("Writer Requirements for Column Mapping")."""
-    next_id = int(configuration.get("delta.columnMapping.maxColumnId", "0"))
-
-    def visit(fields: list[dict]) -> None:
-        nonlocal next_id
-        for f in fields:
-            md = f.setdefault("metadata", {})
-            if CM_ID not in md:
-                next_id += 1
-                md[CM_ID] = next_id
-                md[CM_PHYSICAL_NAME] = f"col-{uuid.uuid4()}"
-            t = f["type"]
-            while isinstance(t, dict) and t["type"] in ("array", "map"):
-                t = t.get("elementType") or t.get("valueType")
-            if isinstance(t, dict) and t["type"] == "struct":
-                visit(t["fields"])
-
-    visit(schema["fields"])
-    return {**configuration, "delta.columnMapping.maxColumnId": str(next_id)}

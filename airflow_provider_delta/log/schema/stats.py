@@ -23,28 +23,18 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ..actions.actions import Metadata
 from ..base.arrow_utils import FALSE, from_numpy, string_scalar
 from .partition_values import parse_decimal, parse_partition_value, parse_timestamp
-from .schema import column_mapping_mode, decimal_params, delta_type_to_arrow, physical_name
+from .schema import decimal_params, delta_type_to_arrow, physical_name
 
 _MAX_STRING_PREFIX = 32  # as Delta Spark: long strings get a prefix as min and no max
 _TIMESTAMP_UNITS_PER_MS = {"milliseconds": 1, "microseconds": 1_000, "nanoseconds": 1_000_000}
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def file_stats(
-    footer: pq.FileMetaData, schema: dict, configuration: dict[str, str], partition_columns: tuple[str, ...]
-) -> str:
-    """The ``stats`` JSON for a file from its footer, for the columns the table indexes."""
-    stats_cols = configuration.get("delta.dataSkippingStatsColumns")
-    wanted = stats_schema(
-        schema,
-        mode=column_mapping_mode(configuration),
-        partition_columns=list(partition_columns),
-        num_indexed_cols=int(configuration.get("delta.dataSkippingNumIndexedCols", 32)),
-        stats_columns=stats_cols,
-    )
+def file_stats(footer: pq.FileMetaData, wanted: pa.StructType) -> str:
+    """The ``stats`` JSON for a file from its footer, for the columns of ``wanted`` (the table's
+    ``stats_schema``, which its table configuration holds)."""
     columns = _footer_columns(footer)
     out: dict[str, Any] = {"numRecords": footer.num_rows}
     mins, maxs, nulls = {}, {}, {}
@@ -371,14 +361,6 @@ def _coerce(value: Any, arrow_type: pa.DataType) -> Any:
         return None
 
 
-def typed_file_stats(metadata: Metadata, files: pa.Table) -> pa.StructArray:
-    """The ``stats`` of ``files`` (rows of AddFile) parsed into the table's typed stats struct."""
-    cfg = metadata.configuration
-    wanted = stats_schema(
-        metadata.schema,
-        mode=column_mapping_mode(cfg),
-        partition_columns=list(metadata.partition_columns),
-        num_indexed_cols=int(cfg.get("delta.dataSkippingNumIndexedCols", 32)),
-        stats_columns=cfg.get("delta.dataSkippingStatsColumns"),
-    )
+def typed_file_stats(wanted: pa.StructType, files: pa.Table) -> pa.StructArray:
+    """The ``stats`` of ``files`` (rows of AddFile) parsed into the table's typed stats struct ``wanted``."""
     return parse_stats(files.column("stats").combine_chunks(), wanted)

@@ -18,17 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..actions.actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP, Metadata
+from ..actions.actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
 from ..base.arguments import int_arg
 from ..base.arrow_utils import encode_uri_paths
 from ..base.errors import CorruptLogError
-from ..features.properties import bool_property
-from ..features.protocol import check_write_supported, writer_features
+from ..features.configuration import TableConfiguration
 from ..files.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from ..files.segment import read_last_checkpoint
 from ..files.storage import LogStore
 from ..schema.partition_values import typed_partition_values
-from ..schema.schema import column_mapping_mode, physical_partition_names
+from ..schema.schema import physical_partition_names
 from ..schema.stats import typed_file_stats
 from .replay import TableState
 from .snapshot import Snapshot
@@ -115,22 +114,20 @@ def _file_struct(table: pa.Table, fields: list[pa.Field], extra: dict[str, pa.Ar
     return pa.StructArray.from_arrays(arrays, names=names)
 
 
-def _add_struct(md: Metadata, files: pa.Table) -> pa.StructArray:
-    cfg = md.configuration
-    as_json = bool_property(cfg, "delta.checkpoint.writeStatsAsJson", True)
-    as_struct = bool_property(cfg, "delta.checkpoint.writeStatsAsStruct", False)
-    fields = [f for f in ADD if as_json or f.name != "stats"]
+def _add_struct(config: TableConfiguration, files: pa.Table) -> pa.StructArray:
+    md = config.metadata
+    fields = [f for f in ADD if config.checkpoint_stats_as_json or f.name != "stats"]
     extra: dict[str, pa.Array] = {}
-    if as_struct:
+    if config.checkpoint_stats_as_struct:
         # Typed copies of partition values and stats, keyed by physical names ("Checkpoint Format").
         columns = list(md.partition_columns)
         if columns:
-            typed = typed_partition_values(md, files)
-            physical = physical_partition_names(md.schema, columns, column_mapping_mode(cfg))
+            typed = typed_partition_values(md, files, config.column_mapping_mode)
+            physical = physical_partition_names(md.schema, columns, config.column_mapping_mode)
             extra["partitionValues_parsed"] = pa.StructArray.from_arrays(
                 [typed.column(c).combine_chunks() for c in columns], names=[physical[c] for c in columns]
             )
-        extra["stats_parsed"] = typed_file_stats(md, files)
+        extra["stats_parsed"] = typed_file_stats(config.stats_schema, files)
     return _file_struct(files, fields, extra)
 
 
@@ -147,10 +144,11 @@ def checkpoint_batches(state: TableState, rows: int = _BATCH_ROWS) -> Iterator[p
         # A projected replay (VACUUM's) lacks stats and partition values: a checkpoint of it would lose them.
         raise ValueError("a checkpoint needs every field of file actions; this state was replayed with fewer")
     small = _small_actions(state)
-    md, files, tombstones = state.metadata, state.files, state.tombstones
+    config = TableConfiguration(state.protocol, state.metadata)
+    files, tombstones = state.files, state.tombstones
     types = {
         **{name: arr.type for name, arr in small.items()},
-        "add": _add_struct(md, files.slice(0, 0)).type,
+        "add": _add_struct(config, files.slice(0, 0)).type,
         "remove": _file_struct(tombstones.slice(0, 0), _REMOVE_FIELDS, {}).type,
     }
 
@@ -162,7 +160,7 @@ def checkpoint_batches(state: TableState, rows: int = _BATCH_ROWS) -> Iterator[p
         [rows_of(n, small[n]) for n in ("protocol", "metaData", "txn", "domainMetadata") if len(small[n])]
     )
     for group in _groups(files, rows):
-        yield pa.concat_tables([rows_of("add", _add_struct(md, part)) for part in group])
+        yield pa.concat_tables([rows_of("add", _add_struct(config, part)) for part in group])
     for group in _groups(tombstones, rows):
         yield pa.concat_tables([rows_of("remove", _file_struct(part, _REMOVE_FIELDS, {})) for part in group])
 
@@ -206,7 +204,7 @@ def write_checkpoint(
     snap = table.snapshot(version)
     store = table.store
     # A checkpoint is written state: the writer must implement every writer feature ("Table Features").
-    check_write_supported(snap.protocol, uses_identity=False, where=f"checkpoint of {store.uri}")
+    snap.table_configuration.check_write(f"checkpoint of {store.uri}")
     if snap.vacuum_started is not None and snap.vacuum_started > 0:
         # A checkpoint past an unfinished VACUUM START would hide it from writers that start from the
         # checkpoint, and they must see it to refuse files it may delete: stop just before it.
@@ -219,13 +217,10 @@ def write_checkpoint(
             snap.version,
         )
         snap = table.snapshot(snap.vacuum_started - 1)
-    cfg = snap.metadata.configuration
-    size_limit = part_size or int(cfg.get("delta.checkpoint.partSize", DEFAULT_PART_SIZE))
+    config = snap.table_configuration
+    size_limit = part_size or config.checkpoint_part_size or DEFAULT_PART_SIZE
     # A table with the v2Checkpoint feature gets V2 checkpoints (UUID-named, checkpointMetadata, sidecars).
-    v2 = cfg.get("delta.checkpointPolicy", "classic").lower() == "v2" or "v2Checkpoint" in writer_features(
-        snap.protocol
-    )
-    if v2:
+    if config.v2_checkpoints:
         return _write_v2(table, snap, parts or 1)
     state = snap.state()
     total = 2 + len(state.txns) + len(state.domains) + snap.files.num_rows + snap.tombstones.num_rows

@@ -37,7 +37,7 @@ from ..features.properties import check_properties
 from ..files.commit_json import Actions, parse_json_actions, struct_to_table
 from ..files.segment import Checkpoint, LogSegment
 from ..files.storage import FileMeta, LogStore
-from ..schema.schema import check_partition_columns, column_mapping_mode, parse_schema_string
+from ..schema.schema import check_partition_columns, parse_schema_string
 
 _KEY_SEP = from_strings(["\x00"])[0]  # separates path and deletion-vector id in a file's reconciliation key
 _AT = from_strings(["@"])[0]
@@ -358,7 +358,6 @@ def check_metadata(metadata: Metadata) -> None:
     table properties the core interprets. Only the metaData that wins is checked, as only it is used."""
     schema = parse_schema_string(metadata.schema_string)
     check_partition_columns(schema, metadata.partition_columns)
-    column_mapping_mode(metadata.configuration)
     check_properties(metadata.configuration)
 
 

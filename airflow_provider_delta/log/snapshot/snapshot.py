@@ -21,12 +21,7 @@ from ..actions.actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metad
 from ..actions.commit_info import VACUUM_END, vacuum_cutoff
 from ..base.arrow_utils import int64_scalar
 from ..base.errors import CorruptLogError, VersionNotFoundError
-from ..features.properties import (
-    DELETED_FILE_RETENTION,
-    SET_TRANSACTION_RETENTION,
-    ict_enablement_version,
-    interval_property_ms,
-)
+from ..features.configuration import TableConfiguration
 from ..features.protocol import check_read_supported
 from ..files.segment import LogSegment, SegmentBuilder, commit_name, commit_version, group_checkpoints
 from ..files.storage import FileMeta, LogStore
@@ -84,6 +79,11 @@ class Snapshot:
         return dict(self.metadata.configuration)
 
     @cached_property
+    def table_configuration(self) -> TableConfiguration:
+        """The protocol and metadata of this version with the feature registry's answers, read once."""
+        return TableConfiguration(self.protocol, self.metadata)
+
+    @cached_property
     def schema(self) -> pa.Schema:
         """The table schema as Arrow (logical names)."""
         return delta_schema_to_arrow(self.metadata.schema)
@@ -98,11 +98,11 @@ class Snapshot:
 
     def partition_values(self) -> pa.Table:
         """Typed partition values of ``files``, row-aligned, one column per partition column."""
-        return typed_partition_values(self.metadata, self.files)
+        return typed_partition_values(self.metadata, self.files, self.table_configuration.column_mapping_mode)
 
     def file_stats(self) -> pa.StructArray:
         """Per-file statistics of ``files`` parsed into typed structs ("Per-file Statistics")."""
-        return typed_file_stats(self.metadata, self.files)
+        return typed_file_stats(self.table_configuration.stats_schema, self.files)
 
     def state(self) -> TableState:
         """The reconciled state behind this snapshot (what checkpoints are written from)."""
@@ -270,8 +270,9 @@ def _from_state(
     check_read_supported(state.protocol, where=where)
     if state.metadata is None:
         raise CorruptLogError(f"{where} has no metaData action", path=store.log_path)
+    config = TableConfiguration(state.protocol, state.metadata)
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    retention = interval_property_ms(state.metadata.configuration, DELETED_FILE_RETENTION) or 0
+    retention = config.deleted_file_retention_ms
     tombstones = state.tombstones
     if tombstones.num_rows and not keep_expired_tombstones:
         # A tombstone expires once its deletion timestamp falls out of the retention window ("Add File and
@@ -280,17 +281,17 @@ def _from_state(
         tombstones = tombstones.filter(pc.greater(ts, int64_scalar(now - retention)))
     info = state.commit_infos.get(segment.version)
     txns = state.txns
-    txn_retention = interval_property_ms(state.metadata.configuration, SET_TRANSACTION_RETENTION)
+    txn_retention = config.set_transaction_retention_ms
     if txn_retention is not None:
         # delta.setTransactionRetentionDuration: a txn last updated before the window is forgotten, as in
         # Delta Spark and delta-kernel-rs; one without lastUpdated never expires.
         oldest = now - txn_retention
         txns = {k: t for k, t in txns.items() if t.last_updated is None or t.last_updated > oldest}
-    return Snapshot(
+    snap = Snapshot(
         store=store,
         segment=segment,
         version=segment.version,
-        timestamp=_version_timestamp(store, segment, state.metadata, info),
+        timestamp=_version_timestamp(store, segment, config, info),
         protocol=state.protocol,
         metadata=state.metadata,
         files=state.files,
@@ -302,6 +303,8 @@ def _from_state(
         keep_expired_tombstones=keep_expired_tombstones,
         **_vacuum_in_progress(vacuum_before, state.commit_infos),
     )
+    object.__setattr__(snap, "table_configuration", config)  # read once per version
+    return snap
 
 
 def _vacuum_in_progress(
@@ -318,9 +321,11 @@ def _vacuum_in_progress(
     return {"vacuum_started": started, "vacuum_cutoff": cutoff}
 
 
-def _version_timestamp(store: LogStore, segment: LogSegment, metadata: Metadata, info: dict | None) -> int:
+def _version_timestamp(
+    store: LogStore, segment: LogSegment, config: TableConfiguration, info: dict | None
+) -> int:
     """In-commit timestamp when the table enables it at this version, else the commit file's mtime."""
-    enabled_from = ict_enablement_version(metadata.configuration)
+    enabled_from = config.in_commit_timestamps_from
     if enabled_from is not None and segment.version >= enabled_from:
         if info is None and segment.checkpoint_version == segment.version:
             info = _commit_info_of(store, segment.version)

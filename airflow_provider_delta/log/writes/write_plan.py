@@ -1,11 +1,13 @@
 """Planning a write: the table the rows go into, checked before a single file is written.
 
-Decides the schema (enforced, merged or replaced, ``schema_enforcement``), the protocol and metadata a
-commit must carry (a new table's, a merged schema's, features asked for with ``delta.feature.*``), the rules
-every row must satisfy (``table_rules``, plus ``replaceWhere``), and how each incoming batch becomes rows
-of the table: columns renamed to the table's names, types brought to the table's, missing columns nulls,
-generated columns computed. Shared by nothing but the Arrow writer: the Spark writer plans with Spark's
-own schema objects but the same enforcement, rules and features.
+One planner for every writer of rows (the Arrow writer, the Spark writer, OPTIMIZE, row-level changes):
+it decides the schema (enforced, merged or replaced, ``schema_enforcement``), the protocol and metadata a
+commit must carry (a new table's, a merged schema's, features asked for with ``delta.feature.*``), the table
+configuration the files are written under (physical names, partition folders, codec, statistics: its
+``file_layout``), the rules every row must satisfy (``table_rules``, plus ``replaceWhere``), the identity
+and generated columns the writer computes, and the refusals (append-only, features this client cannot
+write, schemas no data file can hold). Engines differ only in how they run the plan: the Arrow writer
+evaluates the rules over Arrow (``align``), Spark with Spark SQL on its executors.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -22,35 +25,79 @@ from ..base.errors import InvalidCommitError, SchemaMismatchError, UnsupportedFe
 from ..expressions.evaluate import evaluate
 from ..expressions.expressions import Expr
 from ..expressions.table_rules import Rule, compile_expression, compile_rule, generated_columns, table_rules
-from ..features.creation import initial_actions, required_features
-from ..features.identity import identity_columns
-from ..features.properties import APPEND_ONLY, bool_property
-from ..features.protocol import (
-    READER_FEATURES_NEEDING_R3,
-    check_write_supported,
-    reader_features,
-    writer_features,
-)
+from ..features.configuration import TableConfiguration
+from ..features.creation import assign_column_mapping, initial_actions, required_features
+from ..features.identity import IdentityColumn, columns_to_generate, identity_columns
+from ..features.protocol import check_write_supported
+from ..features.registry import FEATURE_PROPERTY_PREFIX, is_reader_feature
+from ..schema.file_layout import FileLayout
 from ..schema.physical_columns import logical_type, resolve_column, strip_type
-from ..schema.schema import arrow_schema_to_delta, column_mapping_mode
-from ..schema.schema_enforcement import assign_column_mapping, match_schema
+from ..schema.schema import arrow_schema_to_delta
+from ..schema.schema_enforcement import match_schema
 from ..snapshot.snapshot import Snapshot
 
-FEATURE_PREFIX = "delta.feature."
+FEATURE_PREFIX = FEATURE_PROPERTY_PREFIX
 
 
 @dataclass(frozen=True)
 class WritePlan:
     """The table as the write leaves it, and how incoming columns map onto it."""
 
-    schema: dict
-    configuration: dict[str, str]
-    partition_columns: tuple[str, ...]
+    config: TableConfiguration  # the protocol and metadata the files are written under
     targets: dict[str, str]  # incoming column name -> table column name
-    rules: list[tuple[Rule, Expr]]
-    generated: dict[str, Expr]
+    rules: tuple[Rule, ...]  # what every written row must satisfy (SQL, any engine)
+    identity: tuple[IdentityColumn, ...] = ()  # identity columns the writer generates values for
     protocol: Protocol | None = None  # set when the write creates the table or upgrades its protocol
     metadata: Metadata | None = None  # set when the write creates the table or changes its schema
+    hidden_columns: tuple[str, ...] = ()  # row tracking's materialized columns, written after the table's
+
+    @property
+    def schema(self) -> dict:
+        return self.config.schema
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return tuple(self.config.metadata.partition_columns)
+
+    @cached_property
+    def layout(self) -> FileLayout:
+        return self.config.file_layout(self.hidden_columns)
+
+    @cached_property
+    def generated(self) -> dict[str, str]:
+        """Top-level generated columns the writer computes when the data omits them: name -> SQL."""
+        return generated_columns(self.schema)
+
+    @cached_property
+    def compiled_rules(self) -> list[tuple[Rule, Expr]]:
+        """The rules as trees, for writers that evaluate them over Arrow; refused by name when unsupported."""
+        return [(rule, compile_rule(rule)) for rule in self.rules]
+
+    @cached_property
+    def compiled_generated(self) -> dict[str, Expr]:
+        return {
+            name: compile_expression(expr, f"generated column {name}")
+            for name, expr in self.generated.items()
+        }
+
+
+def rewrite_plan(
+    config: TableConfiguration, where: str, *, hidden_columns: tuple[str, ...] = ()
+) -> WritePlan:
+    """The plan of files written again under the table's own configuration (OPTIMIZE, the rewrite of a
+    DELETE, UPDATE or MERGE): the table's columns by their names, its rules, nothing generated."""
+    config.check_data_writable(where)
+    targets = {f["name"]: f["name"] for f in config.schema["fields"]}
+    rules = tuple(table_rules(config.schema, config.constraints))
+    return WritePlan(config, targets, rules, hidden_columns=hidden_columns)
+
+
+def check_rows_changeable(config: TableConfiguration, operation: str, where: str) -> None:
+    """DELETE, UPDATE and MERGE (and an overwrite) change rows: refused on writer features this client
+    cannot write and on append-only tables (Delta Spark refuses them on ``delta.appendOnly`` tables)."""
+    config.check_write(where)
+    if config.append_only:
+        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): {operation} is refused")
 
 
 def incoming_schema(schema: pa.Schema) -> dict:
@@ -64,28 +111,35 @@ def incoming_schema(schema: pa.Schema) -> dict:
 
 def plan_write(
     snap: Snapshot | None,
-    arrow_schema: pa.Schema,
+    incoming: pa.Schema | dict,
     *,
     partition_by: list[str] | None,
     schema_mode: str | None,
     overwrite: bool,
     configuration: dict[str, str] | None,
     replace_where: str | None,
+    what: str = "the data",
+    option: str = "schema_mode='merge'",
 ) -> WritePlan:
-    data = incoming_schema(arrow_schema)
+    """Plan a write of rows with schema ``incoming`` (Arrow, or a Delta schema: a Spark DataFrame's) into
+    ``snap``'s table, or into a new table when ``snap`` is None; refused by name before any file exists."""
+    data = (
+        incoming_schema(incoming) if isinstance(incoming, pa.Schema) else strip_type(incoming, nullable=True)
+    )
     if snap is None:
         protocol, metadata = initial_actions(
             data, list(partition_by or []), dict(configuration or {}), None, None
         )
-        check_write_supported(protocol, uses_identity=False, where="the new table")
-        return _plan(metadata.schema, metadata, protocol, {f["name"]: f["name"] for f in data["fields"]},
-                     replace_where)  # fmt: skip
+        check_write_supported(protocol, where="the new table")
+        return _plan(
+            metadata, protocol, {f["name"]: f["name"] for f in data["fields"]}, replace_where, "the new table"
+        )
     where = f"table {snap.store.uri}"
-    config = dict(snap.metadata.configuration)
+    current = snap.table_configuration
+    config = dict(current.properties)
     asked = _asked_features(configuration, config, where)
-    check_write_supported(snap.protocol, uses_identity='"delta.identity.' in snap.metadata.schema_string,
-                          where=where)  # fmt: skip
-    if overwrite and bool_property(config, APPEND_ONLY):
+    current.check_write(where)
+    if overwrite and current.append_only:
         raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): it cannot be overwritten")
     partitions = list(snap.partition_columns)
     if schema_mode == "overwrite":
@@ -100,13 +154,13 @@ def plan_write(
                 f"partition_by {list(partition_by)} differs from the partition columns of {where}: "
                 f"{partitions}"
             )
-        names, merged = match_schema(snap.metadata.schema, data, merge=schema_mode == "merge",
-                                     option="schema_mode='merge'")  # fmt: skip
+        names, merged = match_schema(snap.metadata.schema, data, merge=schema_mode == "merge", what=what,
+                                     option=option)  # fmt: skip
         targets = dict(zip([f["name"] for f in data["fields"]], names, strict=True))
         schema = merged or snap.metadata.schema
     metadata = None
     if merged is not None:
-        if column_mapping_mode(config) != "none":
+        if current.column_mapping_mode != "none":
             config = assign_column_mapping(schema, config)
         metadata = dataclasses.replace(
             snap.metadata, schema_string=json.dumps(schema, separators=(",", ":")), configuration=config,
@@ -114,8 +168,8 @@ def plan_write(
         )  # fmt: skip
         _check_partitions(schema, partitions)
     protocol = _protocol_with(snap, required_features(schema, config), asked, where)
-    return _plan(schema, metadata or snap.metadata, protocol, targets, replace_where,
-                 metadata_changed=metadata is not None)  # fmt: skip
+    return _plan(metadata or snap.metadata, protocol, targets, replace_where, where,
+                 metadata_changed=metadata is not None, base=snap.protocol)  # fmt: skip
 
 
 def _check_partitions(schema: dict, partitions: list[str]) -> None:
@@ -145,7 +199,7 @@ def _asked_features(configuration: dict[str, str] | None, table: dict[str, str],
 def _protocol_with(snap: Snapshot, needed: set[str], asked: set[str], where: str) -> Protocol | None:
     """The protocol after adding ``asked`` features; refuses a schema needing features not enabled (Delta
     Spark adds a feature to an existing table only when told to)."""
-    have = set(writer_features(snap.protocol))
+    have = set(snap.table_configuration.writer_features)
     missing = sorted(needed - have - asked)
     if missing:
         ask = ", ".join(f"{FEATURE_PREFIX + f!r}: 'supported'" for f in missing)
@@ -158,37 +212,39 @@ def _protocol_with(snap: Snapshot, needed: set[str], asked: set[str], where: str
     if not new:
         return None
     writers = have | new
-    readers = (set(reader_features(snap.protocol)) | new) & READER_FEATURES_NEEDING_R3
-    if "columnMapping" in writers:
-        readers.add("columnMapping")
+    readers = {f for f in set(snap.table_configuration.reader_features) | writers if is_reader_feature(f)}
     protocol = Protocol(
         3 if readers else 1, 7, tuple(sorted(readers)) if readers else None, tuple(sorted(writers))
     )
-    check_write_supported(protocol, uses_identity=False, where=where)
+    check_write_supported(protocol, where=where)
     return protocol
 
 
 def _plan(
-    schema: dict, metadata: Metadata, protocol: Protocol | None, targets: dict[str, str],
-    replace_where: str | None, *, metadata_changed: bool = True,
+    metadata: Metadata, protocol: Protocol | None, targets: dict[str, str], replace_where: str | None,
+    where: str, *, metadata_changed: bool = True, base: Protocol | None = None,
 ) -> WritePlan:  # fmt: skip
-    config = dict(metadata.configuration)
-    rules = table_rules(schema, config)
+    effective = protocol or base
+    assert effective is not None
+    config = TableConfiguration(effective, metadata)
+    config.check_data_writable(where)
+    rules = table_rules(config.schema, config.constraints)
     if replace_where is not None:
         rules.append(Rule("replaceWhere", replace_where, f"NOT coalesce(({replace_where}), false)"))
-    compiled = [(rule, compile_rule(rule)) for rule in rules]
-    generated = {name: compile_expression(expr, f"generated column {name}")
-                 for name, expr in generated_columns(schema).items()}  # fmt: skip
     present = {t.lower() for t in targets.values()}
-    filled = {*generated, *(c.name for c in identity_columns(schema))}  # computed by the writer
+    filled = {*generated_columns(config.schema), *(c.name for c in identity_columns(config.schema))}
     missing = [
-        f["name"] for f in schema["fields"]
+        f["name"] for f in config.schema["fields"]
         if f["name"].lower() not in present and f["name"] not in filled and not f.get("nullable", True)
     ]  # fmt: skip
     if missing:
         raise SchemaMismatchError(f"non-nullable column(s) {missing} are missing from the data")
-    return WritePlan(schema, config, tuple(metadata.partition_columns), targets, compiled, generated,
-                     protocol, metadata if metadata_changed else None)  # fmt: skip
+    # "Identity Columns": the columns the data leaves out are generated from each one's mark (values for a
+    # column that does not allow explicit inserts are refused by name before a file is written).
+    identity = tuple(columns_to_generate(config.schema, list(targets.values()), where))
+    return WritePlan(
+        config, targets, tuple(rules), identity, protocol, metadata if metadata_changed else None
+    )
 
 
 def align(batch: pa.RecordBatch, plan: WritePlan) -> pa.Table:
@@ -201,10 +257,10 @@ def align(batch: pa.RecordBatch, plan: WritePlan) -> pa.Table:
         column = by_target.get(name.lower())
         if column is not None:
             arrays[name] = _to_type(column, field["type"], name)
-        elif name not in plan.generated:
+        elif name not in plan.compiled_generated:
             arrays[name] = pa.nulls(batch.num_rows, target)
     table = pa.table(arrays) if arrays else pa.table({"_": pa.nulls(batch.num_rows)}).drop_columns(["_"])
-    for name, expr in plan.generated.items():
+    for name, expr in plan.compiled_generated.items():
         if name in table.column_names:
             continue  # given: checked against its expression with the other rules
         field = next(f for f in plan.schema["fields"] if f["name"] == name)

@@ -38,11 +38,10 @@ from ..commits.transaction import CommitResult, Transaction
 from ..expressions.evaluate import predicate_mask
 from ..expressions.sql_parser import parse
 from ..expressions.table_rules import check_rows
-from ..features.identity import IdentityValues, columns_to_generate
+from ..features.identity import IdentityValues
 from ..schema.partition_values import serialize_partition_value, typed_partition_values
 from ..schema.physical_columns import to_physical
-from ..schema.schema import column_mapping_mode, delta_schema_to_arrow, physical_name
-from .data_files import ROW_GROUP_BYTES, ROW_GROUP_ROWS, DataFileWriter, data_file_name, partition_dir
+from .data_files import ROW_GROUP_BYTES, ROW_GROUP_ROWS, DataFileWriter
 from .write_plan import WritePlan, align, plan_write
 
 if TYPE_CHECKING:
@@ -134,11 +133,10 @@ def write_rows(
     plan = plan_write(snap, reader.schema, partition_by=partition_by, schema_mode=schema_mode,
                       overwrite=mode == "overwrite", configuration=configuration,
                       replace_where=replace_where)  # fmt: skip
+    # Rules and generation expressions this writer evaluates over Arrow: one it cannot is named now.
+    _ = plan.compiled_rules, plan.compiled_generated
     removes = files_to_replace(snap, replace_where) if mode == "overwrite" and snap is not None else []
-    # "Identity Columns": the columns the data leaves out are generated from each one's mark (values for
-    # a column that does not allow explicit inserts are refused by name before a file is written).
-    generated = columns_to_generate(plan.schema, plan.targets.values(), f"table {table.uri}")
-    identity = IdentityValues(generated) if generated else None
+    identity = IdentityValues(plan.identity) if plan.identity else None
     files = _Files(table.store, plan, target_file_size, identity)
     try:
         for batch in reader:
@@ -178,7 +176,8 @@ def files_to_replace(snap: Snapshot, replace_where: str | None) -> list[AddFile]
                 f"replace_where {replace_where!r} must be a SQL predicate over the partition columns "
                 f"{snap.partition_columns}, not {others}"
             )
-        files = files.filter(predicate_mask(predicate, typed_partition_values(snap.metadata, files)))
+        mode = snap.table_configuration.column_mapping_mode
+        files = files.filter(predicate_mask(predicate, typed_partition_values(snap.metadata, files, mode)))
     return AddFile.from_table(files)
 
 
@@ -188,16 +187,10 @@ class _Files:
     def __init__(self, store: Any, plan: WritePlan, target_file_size: int,
                  identity: IdentityValues | None = None) -> None:  # fmt: skip
         self.store, self.plan, self.target, self.identity = store, plan, target_file_size, identity
-        mode = column_mapping_mode(plan.configuration)
-        partitions = {c.lower() for c in plan.partition_columns}
-        by_name = {f["name"]: f for f in plan.schema["fields"]}
-        data_fields = [f for f in plan.schema["fields"] if f["name"].lower() not in partitions]
-        self.data_columns = [f["name"] for f in data_fields]
-        self.physical = delta_schema_to_arrow({"type": "struct", "fields": data_fields}, physical=True)
-        self.partitions = [(c, physical_name(by_name[c], mode), by_name[c]["type"])
-                           for c in (next(n for n in by_name if n.lower() == p.lower())
-                                     for p in plan.partition_columns)]  # fmt: skip
-        self.stats_of = (plan.schema, plan.configuration, plan.partition_columns)
+        self.layout = layout = plan.layout
+        self.data_columns = list(layout.data_columns)
+        self.physical = layout.physical
+        self.partitions = list(layout.partitions)
         self.open: dict[tuple, DataFileWriter] = {}
         self.adds: list[AddFile] = []
         self.made: list[str] = []
@@ -209,7 +202,7 @@ class _Files:
         rows = align(batch, self.plan)
         if self.identity is not None:
             rows = self.identity.fill(rows)
-        check_rows(rows, self.plan.rules)
+        check_rows(rows, self.plan.compiled_rules)
         jobs: dict[tuple, tuple[dict[str, str | None], list[pa.Table]]] = {}
         for values, part in self._groups(rows):
             if part.num_rows:
@@ -245,15 +238,14 @@ class _Files:
                 writer = None
 
     def _open(self, values: dict[str, str | None], key: tuple) -> DataFileWriter:
-        folder = partition_dir(values, [p for _, p, _ in self.partitions])
+        folder = self.layout.partition_dir(values)
         with self.lock:
-            name = data_file_name(self.sequence)
+            name = self.layout.file_name(self.sequence)
             self.sequence += 1
             rel = f"{folder}/{name}" if folder else name
             self.made.append(rel)
         row_group_bytes = min(ROW_GROUP_BYTES, self.target)
-        writer = DataFileWriter(self.store.fs, self.store.root, rel, values, self.physical, self.stats_of,
-                                row_group_bytes)  # fmt: skip
+        writer = DataFileWriter(self.store.fs, self.store.root, rel, values, self.layout, row_group_bytes)
         with self.lock:
             self.open[key] = writer
         return writer

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ..actions.actions import Metadata
-from .schema import column_mapping_mode, decimal_params, physical_name
+from ..features.properties import column_mapping_mode_of
+from ..schema.schema import decimal_params, physical_name
 
 _INTEGERS = ("byte", "short", "integer", "long")
 _INTEGER_DIGITS = {"byte": 10, "short": 10, "integer": 10, "long": 20}  # digits a decimal needs to hold them
@@ -36,8 +37,8 @@ class SchemaBreak(NamedTuple):
 def schema_break(old: Metadata, new: Metadata) -> SchemaBreak | None:
     """The first non-additive change from ``old`` to ``new`` (``new`` is the later version), or ``None``
     when rows written under ``old`` read correctly in ``new``'s schema (see the module)."""
-    old_mode = column_mapping_mode(old.configuration)
-    new_mode = column_mapping_mode(new.configuration)
+    old_mode = column_mapping_mode_of(old.configuration)
+    new_mode = column_mapping_mode_of(new.configuration)
     if old_mode != "none" and new_mode == "none":
         return SchemaBreak("*", "column mapping was turned off")
     if new_mode != "none":
