@@ -26,6 +26,7 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import AddFile, add_file_from_parquet
+from airflow_provider_delta.log.actions.commit_info import write_metrics
 from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, record_commit
 
@@ -153,15 +154,8 @@ class DeltaCommitOperator(BaseOperator, DeltaHookMixin):
             txn.read_whole_table()
         txn.remove_files(removes)
         params = {"mode": self.mode.capitalize(), "partitionBy": list(snap.partition_columns)}
-        records = sum(_num_records(a) for a in adds)
-        # Delta Spark's WRITE metrics, so DESCRIBE HISTORY, deltalake and the Delta view show what changed.
-        metrics = {
-            "numFiles": len(adds),
-            "numOutputRows": records,
-            "numOutputBytes": sum(a.size for a in adds),
-            "numRemovedFiles": len(removes),
-            "numRemovedBytes": sum(r.size or 0 for r in removes),
-        }
+        metrics = write_metrics(adds, removes)
+        records = metrics["numOutputRows"]
         result = txn.commit(self.operation, params, operation_metrics=metrics)
         if result.already_committed:
             self.log.info(
@@ -204,11 +198,3 @@ class DeltaCommitOperator(BaseOperator, DeltaHookMixin):
 
         snap, _version = getattr(self, "_lineage", (None, None))
         return table_lineage(self.table_uri, snap, output=True)
-
-
-def _num_records(add: AddFile) -> int:
-    import json
-
-    if not add.stats:
-        return 0
-    return int(json.loads(add.stats).get("numRecords") or 0)

@@ -40,7 +40,7 @@ from airflow_provider_delta.log.features.protocol import check_read_supported
 from airflow_provider_delta.log.files.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from airflow_provider_delta.log.files.segment import LogSegment, SegmentBuilder, read_last_checkpoint
 from airflow_provider_delta.log.files.storage import LogStore
-from airflow_provider_delta.log.snapshot.checkpoint import DEFAULT_PART_SIZE, checkpoint_table
+from airflow_provider_delta.log.snapshot.checkpoint import DEFAULT_PART_SIZE, checkpoint_table, parquet_bytes
 from airflow_provider_delta.log.snapshot.replay import TableState
 
 from .read import task_frame
@@ -319,9 +319,7 @@ def write_checkpoint_part(batches: Iterator[pa.RecordBatch], spec: PartSpec) -> 
 
 
 def write_part(part: int, batches: list[pa.RecordBatch], spec: PartSpec) -> dict[str, int]:
-    import io
 
-    import pyarrow.parquet as pq
 
     from airflow_provider_delta.log.base.arrow_utils import conform
 
@@ -347,9 +345,7 @@ def write_part(part: int, batches: list[pa.RecordBatch], spec: PartSpec) -> dict
         table = table.filter(
             pa.compute.or_(table.column("add").is_valid(), table.column("remove").is_valid())
         )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="snappy")
-    data = sink.getvalue()
+    data = parquet_bytes(table, TableConfiguration(small.protocol, small.metadata))
     store = LogStore(spec.table_uri, spec.storage_options)
     store.write_replace(store.log_file(spec.name(part)), data)
     return {"part": part, "rows": table.num_rows, "adds": view.files.num_rows, "bytes": len(data)}

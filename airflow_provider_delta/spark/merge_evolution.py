@@ -34,7 +34,7 @@ from airflow_provider_delta.log.base.errors import IdentityColumnError, Unsuppor
 from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.features.creation import required_features
 from airflow_provider_delta.log.features.identity import IdentityColumn, identity_columns
-from airflow_provider_delta.log.schema.schema import decimal_params
+from airflow_provider_delta.log.schema.schema import TYPE_CHANGES, decimal_params
 
 from .merge_structs import evolved_type
 from .row_changes import analysed
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from .target import Target
 
 TYPE_WIDENING = "typeWidening"
-TYPE_CHANGES = "delta.typeChanges"
 _INTEGERS = ("byte", "short", "integer", "long")
 
 

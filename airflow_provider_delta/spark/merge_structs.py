@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log.base.errors import SchemaMismatchError
+from airflow_provider_delta.log.schema.schema import TYPE_CHANGES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -116,7 +117,7 @@ def evolved_type(table: Any, source: Any, widens: Callable[[Any, Any], bool] | N
                 out["fields"].append({"name": field["name"], "type": copy.deepcopy(field["type"]),
                                       "nullable": True, "metadata": {}})  # fmt: skip
             elif widens is not None and widens(mine["type"], field["type"]):
-                changes = mine.setdefault("metadata", {}).setdefault("delta.typeChanges", [])
+                changes = mine.setdefault("metadata", {}).setdefault(TYPE_CHANGES, [])
                 changes.append({"fromType": mine["type"], "toType": field["type"]})
                 mine["type"] = field["type"]
             else:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from airflow_provider_delta.log.schema.schema import decimal_params
+from airflow_provider_delta.log.schema.schema import TYPE_CHANGES, decimal_params
 
 from .schema import spark_schema_of
 
@@ -67,7 +67,7 @@ def native_read_blocker(target: Target, files: pa.Table, columns: Sequence[str])
         kind = field["type"]
         if not (isinstance(kind, str) and (kind in _TYPES or decimal_params(kind))):
             return f"column {name!r} of type {kind}"
-        if "delta.typeChanges" in (field.get("metadata") or {}):
+        if TYPE_CHANGES in (field.get("metadata") or {}):
             return f"column {name!r} was widened"
     if not all(_PLAIN_PATH.fullmatch(p) for p in files.column("path").to_pylist()):
         return "file paths with characters Spark spells differently"

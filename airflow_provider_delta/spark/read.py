@@ -131,7 +131,7 @@ def with_metadata_schema(spark_schema: Any, snap: Any, metadata: tuple[str, ...]
 
     if not metadata:
         return spark_schema
-    check_metadata_fields(metadata, snap.protocol, snap.metadata, f"table {snap.store.uri}")
+    check_metadata_fields(metadata, snap.table_configuration, f"table {snap.store.uri}")
     fields = [StructField(m, StringType() if m == "file_path" else LongType(), m != "row_index")
               for m in metadata]  # fmt: skip
     return StructType([*spark_schema.fields, StructField("_metadata", StructType(fields), False)])

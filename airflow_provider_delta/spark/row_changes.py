@@ -21,7 +21,6 @@ then fails are deleted.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 from collections.abc import Collection, Iterable, Mapping
@@ -176,7 +175,8 @@ def files_where(spark: SparkSession, target: Target, files: pa.Table, condition:
 
     if files.num_rows == 0:
         return files
-    values = typed_partition_values(target.snap.metadata, files)
+    mode = target.snap.table_configuration.column_mapping_mode
+    values = typed_partition_values(target.snap.metadata, files, mode)
     values = values.append_column("__file", pa.array(range(files.num_rows), pa.int64()))
     hits = spark.createDataFrame(values).where(F.coalesce(condition, F.lit(False))).select("__file").toArrow()
     return files.take(hits.column("__file"))
@@ -311,8 +311,7 @@ def num_records(adds: Iterable[AddFile]) -> int:
     """Live rows of files from their stats: ``numRecords`` less the rows their deletion vectors delete."""
     total = 0
     for a in adds:
-        if a.stats:
-            total += int(json.loads(a.stats).get("numRecords", 0))
+        total += a.num_records or 0
         total -= int((a.deletion_vector or {}).get("cardinality", 0))
     return total
 

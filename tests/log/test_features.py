@@ -202,3 +202,13 @@ def test_a_transaction_commits_through_the_committer_it_is_given(tmp_path):
     result = Transaction(table, snap, committer=Recording()).add_files([]).commit("WRITE")
     assert result.version == 1 and [c[0] for c in calls] == [1] and calls[0][1] == calls[0][2]
     assert table.snapshot().version == 1
+
+
+def test_a_feature_asked_for_brings_the_features_it_requires(tmp_path):
+    table = DeltaTable(str(tmp_path / "t"))
+    table.write(pa.table({"id": pa.array([1], pa.int64())}))
+    table.write(
+        pa.table({"id": pa.array([2], pa.int64())}), configuration={"delta.feature.rowTracking": "supported"}
+    )
+    protocol = table.snapshot().protocol
+    assert {"rowTracking", "domainMetadata"} <= set(protocol.writer_features)

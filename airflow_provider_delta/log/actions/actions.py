@@ -280,6 +280,17 @@ ALL_FILE_FIELDS = FileFields()
 
 
 # -- file actions as Python objects (what writers build) ----------------------------------------------------
+def stats_num_records(stats: str | None) -> int | None:
+    """``numRecords`` of a file's ``stats`` JSON, ``None`` when absent, unreadable or not a count."""
+    if not stats:
+        return None
+    try:
+        value = json.loads(stats).get("numRecords")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 @dataclass(frozen=True)
 class AddFile:
     """The ``add`` action ("Add File and Remove File"). ``path`` is the decoded path relative to the root."""
@@ -295,6 +306,12 @@ class AddFile:
     base_row_id: int | None = None
     default_row_commit_version: int | None = None
     clustering_provider: str | None = None
+
+    @property
+    def num_records(self) -> int | None:
+        """The file's physical row count from its statistics ("Per-file Statistics": ``numRecords``),
+        ``None`` when it has none."""
+        return stats_num_records(self.stats)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AddFile:

@@ -9,12 +9,13 @@ parameters of ``VACUUM START`` (which files a concurrent VACUUM may delete).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 from typing import Any
 
 from ..base.arguments import json_value_arg, str_arg
+from .actions import AddFile
 
 try:
     CORE_VERSION = _dist_version("airflow-provider-delta")
@@ -87,6 +88,20 @@ def commit_info_args(
 # ("Identity Columns"; Delta Spark's conflict checker lets such a change pass a transaction that changes
 # no metadata itself).
 IDENTITY_SCHEMA_UPDATE = "delta.identity.schemaUpdate"
+
+
+def write_metrics(adds: Sequence[AddFile], removes: Sequence[Any] = ()) -> dict[str, int]:
+    """Delta Spark's WRITE metrics of a commit that adds ``adds`` and removes ``removes`` (files whose
+    ``size`` may be unknown), so DESCRIBE HISTORY, deltalake and the Delta view show what changed."""
+    metrics = {
+        "numFiles": len(adds),
+        "numOutputRows": sum(a.num_records or 0 for a in adds),
+        "numOutputBytes": sum(a.size for a in adds),
+    }
+    if removes:
+        metrics["numRemovedFiles"] = len(removes)
+        metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
+    return metrics
 
 
 def tags_of(info: dict[str, Any] | None) -> dict[str, str]:

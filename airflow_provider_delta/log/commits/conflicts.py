@@ -11,7 +11,6 @@ set the same metadata domain conflict, except ``delta.rowTracking``, whose ids t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from ..base.errors import (
     shown,
 )
 from ..features.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
+from ..files.commit_json import action_lines
 from ..snapshot.snapshot import Snapshot
 
 
@@ -55,15 +55,7 @@ class WinningCommit:
     def parse(cls, version: int, data: bytes, *, path: str) -> WinningCommit:
         """Read a commit that won a race; a line a reader could not interpret names its file and line."""
         win = cls(version)
-        for lineno, line in enumerate(data.split(b"\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-                raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
-            if not isinstance(obj, dict):
-                raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+        for lineno, obj in action_lines(data, path):
             for name, body in obj.items():
                 if body is None:
                     continue

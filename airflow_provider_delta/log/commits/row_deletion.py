@@ -81,8 +81,7 @@ def check_deletion_vector_actions(adds: Sequence[AddFile], config: TableConfigur
         if add.data_change or not config.deletion_vectors_supported:
             check_deletion_vectors_writable(config, where)
         stats = _parsed(add.stats)
-        count = stats.get("numRecords")
-        if not isinstance(count, int) or isinstance(count, bool):
+        if add.num_records is None:
             raise InvalidCommitError(
                 f"{where}: {add.path} carries a deletion vector but its stats have no numRecords, which "
                 'readers need to count its rows ("Writer Requirement for Deletion Vectors")'
@@ -180,13 +179,9 @@ def _in_file(live: AddFile, num_records: int, rows: Any) -> np.ndarray:
 def _stats_with_num_records(store: LogStore, config: TableConfiguration, live: AddFile) -> tuple[str, int]:
     """The file's stats and physical row count: ``numRecords`` from the log, else the Parquet footer
     (a file with a vector must carry ``numRecords``, so its stats are then computed from that footer)."""
-    if live.stats:
-        try:
-            count = json.loads(live.stats).get("numRecords")
-        except ValueError:
-            count = None
-        if isinstance(count, int) and not isinstance(count, bool):
-            return live.stats, count
+    count = live.num_records
+    if count is not None:
+        return live.stats, count
     path = live.path if "://" in live.path else store.table_file(live.path)
     with store.open_input_file(path) as fh:
         footer = pq.read_metadata(fh)

@@ -12,11 +12,11 @@ version, ``NO_TABLE`` (-1): no condition holds of it, and as a baseline it makes
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from ..actions.actions import check_commit_info
 from ..base.errors import CorruptLogError, TableNotFoundError, shown
+from ..files.commit_json import action_lines
 from ..files.segment import commit_name, commit_version, group_checkpoints
 from ..snapshot.table_context import TableContext
 
@@ -99,15 +99,7 @@ def _changes_data(data: bytes, *, path: str) -> bool:
     """
     operation = None
     file_change = False
-    for lineno, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
-        if not isinstance(obj, dict):
-            raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+    for lineno, obj in action_lines(data, path):
         for name, body in obj.items():
             if name not in ("commitInfo", "add", "remove") or body is None:
                 continue

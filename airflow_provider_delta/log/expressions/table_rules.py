@@ -19,12 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..base.errors import ConstraintViolationError
+from ..schema.schema import GENERATION, INVARIANTS
 from .evaluate import predicate_mask
 from .expressions import Expr
 from .sql_parser import UnsupportedExpressionError, parse
-
-INVARIANTS = "delta.invariants"
-GENERATION = "delta.generationExpression"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,10 @@ import pyarrow as pa
 from ..actions.actions import Metadata, Protocol
 from ..base.errors import InvalidCommitError
 from ..schema.file_layout import FileLayout, void_shapes
+from ..schema.schema import COLLATIONS as COLLATIONS_KEY
+from ..schema.schema import CURRENT_DEFAULT, GENERATION, IDENTITY_PREFIX
+from ..schema.schema import INVARIANTS as INVARIANTS_KEY
+from ..schema.schema import TYPE_CHANGES as TYPE_CHANGES_KEY
 from ..schema.stats import stats_schema
 from . import registry
 from .properties import (
@@ -54,13 +58,6 @@ _CODECS = {"uncompressed": "none", "none": "none", "snappy": "snappy", "gzip": "
 DEFAULT_CODEC = "zstd"
 _FORMAT_VERSION = re.compile(r"1\.0\.0|2\.\d+\.\d+")
 
-# Field metadata keys that show a column's role ("Identity Columns", "Generated Columns", ...).
-_IDENTITY_PREFIX = "delta.identity."
-_GENERATION = "delta.generationExpression"
-_INVARIANTS = "delta.invariants"
-_DEFAULT = "CURRENT_DEFAULT"
-_TYPE_CHANGES = "delta.typeChanges"
-_COLLATIONS = "__COLLATIONS"
 
 
 def _walk(schema: dict[str, Any], marks: set[str], identity: list[str], generated: dict[str, str],
@@ -69,19 +66,19 @@ def _walk(schema: dict[str, Any], marks: set[str], identity: list[str], generate
     for f in schema.get("fields", ()):
         md = f.get("metadata") or {}
         name = prefix + f["name"]
-        if any(k.startswith(_IDENTITY_PREFIX) for k in md):
+        if any(k.startswith(IDENTITY_PREFIX) for k in md):
             marks.add(registry.IDENTITY)
             identity.append(name)
-        if _GENERATION in md:
+        if GENERATION in md:
             marks.add(registry.GENERATED)
-            generated[name] = str(md[_GENERATION])
-        if _INVARIANTS in md:
+            generated[name] = str(md[GENERATION])
+        if INVARIANTS_KEY in md:
             marks.add(registry.INVARIANTS)
-        if _DEFAULT in md:
+        if CURRENT_DEFAULT in md:
             marks.add(registry.DEFAULTS)
-        if _TYPE_CHANGES in md:
+        if TYPE_CHANGES_KEY in md:
             marks.add(registry.TYPE_CHANGES)
-        if _COLLATIONS in md:
+        if COLLATIONS_KEY in md:
             marks.add(registry.COLLATIONS)
         _walk_type(f["type"], marks, identity, generated, name + ".")
 

@@ -107,11 +107,8 @@ def domain_action(mark: int) -> DomainMetadata:
 
 def num_records(add: AddFile, where: str) -> int:
     """The physical row count of a file, from its statistics: fresh ids need it ("Row IDs")."""
-    try:
-        value = json.loads(add.stats)["numRecords"] if add.stats else None
-    except (ValueError, KeyError, TypeError):
-        value = None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    value = add.num_records
+    if value is None:
         raise InvalidCommitError(
             f"{where} tracks row ids, which needs each added file's row count: {add.path} has no "
             "numRecords in its stats (build the add with add_file_from_parquet, which reads the footer)"

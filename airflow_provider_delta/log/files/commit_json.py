@@ -12,7 +12,7 @@ import functools
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,29 @@ _KNOWN_ACTIONS = frozenset(
 # UTF-8 encoder accepts; a pair ("\ud83d\ude00") is one character and fine. Only lines with such an
 # escape are checked.
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def action_line(line: bytes, path: str, lineno: int) -> dict[str, Any]:
+    """One line of a commit file as its JSON object; broken JSON or a line that is not an object is a
+    :class:`CorruptLogError` naming the file and the line (every reader of commit lines parses them here)."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
+    if not isinstance(obj, dict):
+        raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+    return obj
+
+
+def action_lines(
+    data: bytes, path: str, *, naming: tuple[bytes, ...] = ()
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each action line of a commit file; with ``naming`` (e.g. ``b'"txn"'``),
+    only the lines that contain one of them are parsed: a reader after one action skips the file list."""
+    for lineno, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip() or (naming and not any(n in line for n in naming)):
+            continue
+        yield lineno, action_line(line, path, lineno)
 
 
 def _is_text(obj: Any) -> bool:
@@ -265,12 +288,7 @@ def _route_other(
 ) -> tuple[str | None, bytes]:
     """A line that does not start like an add or remove: a small action, applied to ``acc`` (unless it
     is ``None``), or a file action with unusual spacing, re-serialised so the Arrow batch parses it."""
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
-    if not isinstance(obj, dict):
-        raise CorruptLogError("an action line must be a JSON object", path=path, line=lineno)
+    obj = action_line(line, path, lineno)
     if _ESCAPED_SURROGATE.search(line) and not _is_text(obj):
         raise CorruptLogError(
             "a string holds a lone UTF-16 surrogate escape (\\udXXX), which is not text",

@@ -22,7 +22,6 @@ committed before stay, committed.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..actions.actions import AddFile
+from ..actions.actions import AddFile, stats_num_records
 from ..base.errors import CommitOutcomeUnknownError
 from ..features.row_tracking import materialized_columns as tracked_columns
 from ..scans.scan import Scan, gathered
@@ -191,7 +190,7 @@ def bin_records(files: pa.Table) -> int:
     """Rows of a bin's files from their statistics (a file without them counts as ``SAMPLE_ROWS``)."""
     total = 0
     for stats in files.column("stats").to_pylist():
-        total += int(json.loads(stats).get("numRecords", 0)) if stats else SAMPLE_ROWS
+        total += (stats_num_records(stats) or 0) if stats else SAMPLE_ROWS
     return total
 
 

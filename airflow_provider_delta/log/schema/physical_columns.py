@@ -110,7 +110,8 @@ def _is_list(t: pa.DataType) -> bool:
 
 # -- logical -> physical (write) -----------------------------------------------------------------------
 def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
-    """``array`` (logical names) rebuilt by position with ``target``'s names, ids and types."""
+    """``array`` (logical names) rebuilt by position with ``target``'s names, ids and types; a struct's
+    ``void`` (null-typed) fields, which data files never hold ("Void Type"), are left out."""
     if target == VARIANT:  # written unshredded: the two binaries, required (empty where the variant is null)
         return file_variant(array)
     if array.type == target:
@@ -118,7 +119,10 @@ def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if pa.types.is_struct(target):
-        children = [to_physical(array.field(i), target.field(i).type) for i in range(target.num_fields)]
+        kept = [i for i in range(array.type.num_fields) if not pa.types.is_null(array.type.field(i).type)]
+        if len(kept) != target.num_fields:
+            kept = list(range(target.num_fields))
+        children = [to_physical(array.field(i), target.field(n).type) for n, i in enumerate(kept)]
         mask = array.is_null() if array.null_count else None
         return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
     if pa.types.is_list(target) and _is_list(array.type):

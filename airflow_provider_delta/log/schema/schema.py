@@ -33,6 +33,14 @@ CM_PHYSICAL_NAME = "delta.columnMapping.physicalName"
 # IcebergCompat writers also number list elements and map keys/values: "<physical>.element", ".key", ...
 CM_NESTED_IDS = "delta.columnMapping.nested.ids"
 PARQUET_FIELD_ID = b"PARQUET:field_id"
+# Field metadata that gives a column a role ("Column Invariants", "Generated Columns", "Identity Columns",
+# "Default Columns", "Type Change Metadata"); what a table does with them is its configuration's business.
+INVARIANTS = "delta.invariants"
+GENERATION = "delta.generationExpression"
+IDENTITY_PREFIX = "delta.identity."
+CURRENT_DEFAULT = "CURRENT_DEFAULT"
+TYPE_CHANGES = "delta.typeChanges"
+COLLATIONS = "__COLLATIONS"
 
 
 # ------------------------------------------------------- Delta -> Arrow ("Schema Serialization Format")

@@ -182,9 +182,12 @@ def _groups(table: pa.Table, rows: int) -> Iterator[list[pa.Table]]:
         yield group
 
 
-def _parquet_bytes(table: pa.Table) -> bytes:
+def parquet_bytes(table: pa.Table, config: TableConfiguration) -> bytes:
+    """A checkpoint file's bytes, with the table's codec and data page version ("Table Properties": the
+    ``delta.parquet.*`` properties apply to checkpoint files too)."""
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="snappy")
+    codec, page_version = config.parquet_compression, config.parquet_data_page_version
+    pq.write_table(table, sink, compression=codec, data_page_version=page_version)
     return sink.getvalue()
 
 
@@ -236,7 +239,7 @@ def write_checkpoint(
     for i in range(n_parts):
         chunk = whole.slice(i * rows_per, rows_per)
         name = f"{snap.version:020d}.checkpoint.{i + 1:010d}.{n_parts:010d}.parquet"
-        data = _parquet_bytes(chunk)
+        data = parquet_bytes(chunk, snap.table_configuration)
         store.write_replace(store.log_file(name), data)
         _verify_written(store, store.log_file(name), chunk.num_rows)
         written += len(data)
@@ -257,8 +260,10 @@ def _write_classic(store: LogStore, version: int, state: TableState, total: int)
     path = store.log_file(f"{version:020d}.checkpoint.parquet")
     batches = checkpoint_batches(state)
     first = next(batches)
+    config = TableConfiguration(state.protocol, state.metadata)
     with store.replacing(path) as fh:
-        with pq.ParquetWriter(fh, first.schema, compression="snappy") as writer:
+        with pq.ParquetWriter(fh, first.schema, compression=config.parquet_compression,
+                              data_page_version=config.parquet_data_page_version) as writer:  # fmt: skip
             writer.write_table(first)
             for batch in batches:
                 writer.write_table(batch)
@@ -286,7 +291,7 @@ def _write_v2(table: TableContext, snap: Snapshot, n_sidecars: int) -> LastCheck
     sidecars = []
     rows_per = max(1, math.ceil(file_rows.num_rows / n_sidecars))
     for i in range(n_sidecars if file_rows.num_rows else 0):
-        data = _parquet_bytes(file_rows.slice(i * rows_per, rows_per))
+        data = parquet_bytes(file_rows.slice(i * rows_per, rows_per), snap.table_configuration)
         name = f"{uuid.uuid4()}.parquet"
         path = store.log_file(f"_sidecars/{name}")
         store.write_replace(path, data)
@@ -308,7 +313,7 @@ def _write_v2(table: TableContext, snap: Snapshot, n_sidecars: int) -> LastCheck
     extra = extra.set_column(extra.column_names.index("checkpointMetadata"), "checkpointMetadata", meta_col)
     extra = extra.set_column(extra.column_names.index("sidecar"), "sidecar", side_col)
     final = pa.concat_tables([top, extra])
-    data = _parquet_bytes(final)
+    data = parquet_bytes(final, snap.table_configuration)
     name = f"{snap.version:020d}.checkpoint.{uuid.uuid4()}.parquet"
     store.write_replace(store.log_file(name), data)
     _verify_written(store, store.log_file(name), final.num_rows)

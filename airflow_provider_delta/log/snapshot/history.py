@@ -14,6 +14,7 @@ from typing import Any
 
 from ..actions.actions import check_commit_info
 from ..base.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from ..files.commit_json import action_lines
 from ..files.segment import commit_name, commit_version
 from ..files.storage import FileMeta, LogStore
 
@@ -36,15 +37,9 @@ def read_commit_info(store: LogStore, version: int, data: bytes | None = None) -
     name = commit_name(version)
     if data is None:
         data = store.read_log_file(name)
-    for lineno, line in enumerate(data.split(b"\n"), start=1):
-        if b'"commitInfo"' not in line:
-            continue
-        path = store.log_file(name)
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
-        info = obj.get("commitInfo") if isinstance(obj, dict) else None
+    path = store.log_file(name)
+    for lineno, obj in action_lines(data, path, naming=(b'"commitInfo"',)):
+        info = obj.get("commitInfo")
         if isinstance(info, dict):
             try:
                 check_commit_info(info)

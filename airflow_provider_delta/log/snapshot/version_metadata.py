@@ -11,7 +11,6 @@ the checkpoint's ``add`` rows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ import pyarrow.parquet as pq
 from ..actions.actions import Metadata, Protocol
 from ..base.errors import CorruptLogError
 from ..features.protocol import check_read_supported
+from ..files.commit_json import action_lines
 from ..files.segment import Checkpoint, LogSegment, SegmentBuilder, commit_name
 from ..files.storage import LogStore
 from .replay import check_metadata
@@ -96,15 +96,7 @@ def small_actions(data: bytes, path: str) -> tuple[Protocol | None, Metadata | N
     protocol = metadata = None
     if b'"protocol"' not in data and b'"metaData"' not in data:
         return None, None
-    for lineno, line in enumerate(data.split(b"\n"), start=1):
-        if b'"protocol"' not in line and b'"metaData"' not in line:
-            continue
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
-        if not isinstance(obj, dict):
-            continue
+    for lineno, obj in action_lines(data, path, naming=(b'"protocol"', b'"metaData"')):
         try:
             if isinstance(obj.get("protocol"), dict):
                 protocol = Protocol.from_json(obj["protocol"])

@@ -29,7 +29,7 @@ from ..features.configuration import TableConfiguration
 from ..features.creation import assign_column_mapping, initial_actions, required_features
 from ..features.identity import IdentityColumn, columns_to_generate, identity_columns
 from ..features.protocol import check_write_supported
-from ..features.registry import FEATURE_PROPERTY_PREFIX, is_reader_feature
+from ..features.registry import FEATURE_PROPERTY_PREFIX, is_reader_feature, with_requirements
 from ..schema.file_layout import FileLayout
 from ..schema.physical_columns import logical_type, resolve_column, strip_type
 from ..schema.schema import arrow_schema_to_delta
@@ -138,9 +138,10 @@ def plan_write(
     current = snap.table_configuration
     config = dict(current.properties)
     asked = _asked_features(configuration, config, where)
-    current.check_write(where)
-    if overwrite and current.append_only:
-        raise InvalidCommitError(f"{where} is append-only (delta.appendOnly=true): it cannot be overwritten")
+    if overwrite:
+        check_rows_changeable(current, "an overwrite", where)
+    else:
+        current.check_write(where)
     partitions = list(snap.partition_columns)
     if schema_mode == "overwrite":
         if not overwrite or replace_where is not None:
@@ -208,7 +209,7 @@ def _protocol_with(snap: Snapshot, needed: set[str], asked: set[str], where: str
             f"for them with configuration={{{ask}}}",
             features=tuple(missing),
         )
-    new = asked - have
+    new = with_requirements(asked) - have  # a feature asked for brings those it requires (the registry's)
     if not new:
         return None
     writers = have | new

@@ -20,7 +20,6 @@ unreferenced: they are deleted too.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..actions.actions import AddFile
+from ..actions.commit_info import write_metrics
 from ..base.errors import CommitOutcomeUnknownError, ConcurrentTransactionError, TableNotFoundError
 from ..commits.transaction import CommitResult, Transaction
 from ..expressions.evaluate import predicate_mask
@@ -342,10 +342,8 @@ def commit_write(
     params: dict[str, Any] = {"mode": mode.capitalize(), "partitionBy": list(plan.partition_columns)}
     if replace_where is not None:
         params["predicate"] = [replace_where]
-    rows = sum(int(json.loads(a.stats).get("numRecords", 0)) for a in adds if a.stats)
-    metrics = {"numFiles": len(adds), "numOutputRows": rows, "numOutputBytes": sum(a.size for a in adds)}
-    if removes:
-        metrics["numRemovedFiles"] = len(removes)
+    metrics = write_metrics(adds, removes)
+    rows = metrics["numOutputRows"]
     result = txn.commit("WRITE", params, operation_metrics=metrics)
     if result.already_committed:
         log.warning("app transaction %s version %s landed concurrently; the %d file(s) written are unused",
