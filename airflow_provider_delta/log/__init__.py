@@ -29,6 +29,7 @@ from .base.errors import (
     VersionNotFoundError,
 )
 from .commits.transaction import CommitResult, Transaction
+from .features.configuration import TableConfiguration
 from .snapshot.history import HistoryEntry
 from .snapshot.snapshot import Snapshot
 from .table import DeltaTable, read_table, write
@@ -68,6 +69,7 @@ __all__ = [
     "SetTransaction",
     "Snapshot",
     "StaleSnapshotError",
+    "TableConfiguration",
     "TableNotFoundError",
     "UnsupportedFeatureError",
     "VersionNotFoundError",

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import AddFile, add_file_from_parquet
 from airflow_provider_delta.log.actions.commit_info import write_metrics
+from airflow_provider_delta.log.schema.file_layout import partition_values_of_path
 from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, record_commit
 
@@ -53,12 +53,7 @@ def table_asset(table_uri: str) -> Asset:
 
 def partition_values_from_path(path: str, partition_columns: Sequence[str]) -> dict[str, str | None]:
     """Hive-style ``col=value`` folders of a relative path, for the table's partition columns."""
-    found: dict[str, str | None] = {}
-    for part in path.split("/")[:-1]:
-        key, sep, value = part.partition("=")
-        if sep:
-            value = unquote(value)
-            found[unquote(key)] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
+    found = partition_values_of_path(path)
     missing = [c for c in partition_columns if c not in found]
     if missing:
         raise ValueError(f"{path}: no {missing} folder(s) to take partition values from; pass AddFile dicts")

@@ -150,7 +150,7 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
     config = dict(current.properties)
     if current.column_mapping_mode != "none":
         config = assign_column_mapping(schema, config)
-    missing = sorted(required_features(schema, config) - current.writer_features)
+    missing = current.unsupported(required_features(schema, config))
     if missing:
         raise UnsupportedFeatureError(
             f"the MERGE's evolved schema needs table feature(s) {', '.join(missing)} that {target.where} "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.log import AddFile
-from airflow_provider_delta.log.schema.file_layout import HIVE_NULL
+from airflow_provider_delta.log.schema.file_layout import HIVE_NULL, unescape_path_name
 from airflow_provider_delta.log.schema.partition_values import (
     parse_partition_value,
     serialize_partition_value,
@@ -56,7 +55,6 @@ _LOCAL = ("file", "local")
 _PARTITION_TYPES = frozenset(("string", "long", "integer", "short", "byte", "float", "double", "boolean",
                               "date"))  # fmt: skip
 _PRIMITIVES = _PARTITION_TYPES | {"binary", "timestamp"}
-_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _FOOTER_THREADS = 8
 
 
@@ -183,19 +181,14 @@ def _staged_files(staging: str, plan: WritePlan) -> list[tuple[str, dict[str, st
         for part, column in zip(parts, expected, strict=True):
             key, _, raw = part.partition("=")
             field = by_name[column]
-            if _unescape(key).lower() != column:
+            if unescape_path_name(key).lower() != column:
                 raise RuntimeError(f"Spark wrote folder {part!r} where partition column {column!r} belongs")
-            value = _unescape(raw)
+            value = unescape_path_name(raw)
             typed = None if value == HIVE_NULL else parse_partition_value(value, field["type"])
             values[field["name"]] = serialize_partition_value(typed, field["type"])
         prefix = "" if not parts else "/".join(parts) + "/"
         found += [(prefix + n, values) for n in sorted(data)]
     return found
-
-
-def _unescape(text: str) -> str:
-    """Undo Spark's escaping of folder names (``ExternalCatalogUtils.unescapePathName``)."""
-    return _ESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
 
 
 def _add(staging: str, rel_path: str, values: dict[str, str | None], plan: WritePlan) -> AddFile | None:

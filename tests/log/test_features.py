@@ -212,3 +212,13 @@ def test_a_feature_asked_for_brings_the_features_it_requires(tmp_path):
     )
     protocol = table.snapshot().protocol
     assert {"rowTracking", "domainMetadata"} <= set(protocol.writer_features)
+
+
+def test_a_preview_name_supports_its_feature():
+    """Delta Spark 4 lists ``variantShredding-preview``; a schema that needs ``variantShredding`` is
+    satisfied by it, as Delta Spark's own writer is."""
+    _, metadata = initial_actions(pa.schema([("id", pa.int64())]), [], {}, None, None)
+    listed = ("variantShredding-preview", "variantType-preview")
+    config = TableConfiguration(Protocol(3, 7, listed, listed), metadata)
+    assert config.supports("variantShredding") and config.supports("variantType")
+    assert config.unsupported({"variantShredding", "variantType", "rowTracking"}) == ["rowTracking"]

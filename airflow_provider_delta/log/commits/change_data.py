@@ -62,7 +62,7 @@ def write_change_data(store: LogStore, config: TableConfiguration | None, rows: 
     if table.num_rows == 0:
         return []
     mode = config.column_mapping_mode
-    physical = delta_schema_to_arrow(metadata.schema, physical=True)
+    physical = config.physical_schema
     fields = {f["name"]: f for f in metadata.schema["fields"]}
     partitions = [fields[c] for c in metadata.partition_columns]
     prefix_length = config.file_prefix_length

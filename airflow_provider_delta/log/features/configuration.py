@@ -22,7 +22,7 @@ from ..actions.actions import Metadata, Protocol
 from ..base.errors import InvalidCommitError
 from ..schema.file_layout import FileLayout, void_shapes
 from ..schema.schema import COLLATIONS as COLLATIONS_KEY
-from ..schema.schema import CURRENT_DEFAULT, GENERATION, IDENTITY_PREFIX
+from ..schema.schema import CURRENT_DEFAULT, GENERATION, IDENTITY_PREFIX, delta_schema_to_arrow
 from ..schema.schema import INVARIANTS as INVARIANTS_KEY
 from ..schema.schema import TYPE_CHANGES as TYPE_CHANGES_KEY
 from ..schema.stats import stats_schema
@@ -127,6 +127,12 @@ class TableConfiguration:
         return self.metadata.schema
 
     @cached_property
+    def physical_schema(self) -> pa.Schema:
+        """The Arrow schema of the table's columns as data files name them: physical names and field ids
+        under column mapping ("Writer Requirements for Column Mapping")."""
+        return delta_schema_to_arrow(self.schema, physical=True)
+
+    @cached_property
     def _schema_facts(self) -> tuple[frozenset[str], tuple[str, ...], dict[str, str]]:
         marks: set[str] = set()
         identity: list[str] = []
@@ -178,9 +184,21 @@ class TableConfiguration:
     def writer_features(self) -> frozenset[str]:
         return writer_features(self.protocol)
 
+    @cached_property
+    def supported_features(self) -> frozenset[str]:
+        """Every feature the protocol lists or implies, a preview name counting for its feature too (Delta
+        Spark 4 tables list ``variantShredding-preview`` where the protocol names ``variantShredding``)."""
+        listed = self.writer_features | self.reader_features
+        previews = {r.preview_of for n in listed if (r := registry.feature(n)) is not None and r.preview_of}
+        return frozenset(listed | previews)
+
     def supports(self, name: str) -> bool:
         """Whether the protocol lists or implies feature ``name`` ("Supported Features")."""
-        return name in self.writer_features or name in self.reader_features
+        return name in self.supported_features
+
+    def unsupported(self, needed: set[str]) -> list[str]:
+        """Of ``needed`` (e.g. what a new schema uses), the features the protocol does not support."""
+        return sorted(n for n in needed if not self.supports(n))
 
     def is_active(self, name: str) -> bool:
         """Supported and its metadata requirements met ("Active Features")."""

@@ -10,6 +10,7 @@ properties ("Table Properties").
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from .stats import file_stats
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # Characters Spark escapes in partition folder names (ExternalCatalogUtils.escapePathName).
 _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
+_UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _EXTENSIONS = {"none": "", "snappy": ".snappy", "gzip": ".gz", "lz4": ".lz4raw", "zstd": ".zstd"}
 
 
@@ -37,6 +39,22 @@ def partition_dir(values: Mapping[str, str | None], physical_names: Sequence[str
         f"{escape_path_name(physical)}={escape_path_name(values[physical] or HIVE_NULL)}"
         for physical in physical_names
     )
+
+
+def unescape_path_name(text: str) -> str:
+    """Undo Spark's escaping of a folder name (``ExternalCatalogUtils.unescapePathName``)."""
+    return _UNESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
+
+
+def partition_values_of_path(path: str) -> dict[str, str | None]:
+    """The ``name=value`` folders of a relative file path, unescaped; ``HIVE_NULL`` read as null."""
+    found: dict[str, str | None] = {}
+    for part in path.split("/")[:-1]:
+        key, sep, value = part.partition("=")
+        if sep:
+            value = unescape_path_name(value)
+            found[unescape_path_name(key)] = None if value == HIVE_NULL else value
+    return found
 
 
 def is_void(delta_type: Any) -> bool:

@@ -201,7 +201,7 @@ def _protocol_with(snap: Snapshot, needed: set[str], asked: set[str], where: str
     """The protocol after adding ``asked`` features; refuses a schema needing features not enabled (Delta
     Spark adds a feature to an existing table only when told to)."""
     have = set(snap.table_configuration.writer_features)
-    missing = sorted(needed - have - asked)
+    missing = [f for f in snap.table_configuration.unsupported(needed) if f not in asked]
     if missing:
         ask = ", ".join(f"{FEATURE_PREFIX + f!r}: 'supported'" for f in missing)
         raise UnsupportedFeatureError(
