@@ -125,7 +125,7 @@ def _build_dv(path: Path) -> None:
             f.partition_values,
             f.modification_time,
             True,
-            f.stats,
+            json.dumps({**json.loads(f.stats), "tightBounds": False}),  # the writer rule for new vectors
             deletion_vector=d.to_json(),
         )
         for f, d in zip(files, descriptors, strict=True)
