@@ -285,9 +285,15 @@ def stats_num_records(stats: str | None) -> int | None:
     if not stats:
         return None
     try:
-        value = json.loads(stats).get("numRecords")
-    except (ValueError, AttributeError):
+        parsed = json.loads(stats)
+    except ValueError:
         return None
+    return num_records_of(parsed) if isinstance(parsed, dict) else None
+
+
+def num_records_of(stats: dict[str, Any]) -> int | None:
+    """``numRecords`` of parsed ``stats``: a count, else ``None``."""
+    value = stats.get("numRecords")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..actions.actions import AddFile, RemoveFile
+from ..actions.actions import AddFile, RemoveFile, num_records_of
 from ..base.arguments import int_arg
 from ..base.errors import InvalidCommitError, UnsupportedFeatureError
 from ..features.configuration import TableConfiguration
@@ -80,8 +80,8 @@ def check_deletion_vector_actions(adds: Sequence[AddFile], config: TableConfigur
             continue
         if add.data_change or not config.deletion_vectors_supported:
             check_deletion_vectors_writable(config, where)
-        stats = _parsed(add.stats)
-        if add.num_records is None:
+        stats = _parsed(add.stats)  # parsed once: numRecords and tightBounds are both read
+        if num_records_of(stats) is None:
             raise InvalidCommitError(
                 f"{where}: {add.path} carries a deletion vector but its stats have no numRecords, which "
                 'readers need to count its rows ("Writer Requirement for Deletion Vectors")'

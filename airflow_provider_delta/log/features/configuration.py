@@ -89,8 +89,6 @@ def _walk_type(t: Any, marks: set[str], identity: list[str], generated: dict[str
             marks.add(registry.TIMESTAMP_NTZ)
         elif t == "variant":
             marks.add(registry.VARIANT)
-        elif t == "void":
-            marks.add("void")
         return
     kind = t.get("type")
     if kind == "struct":
@@ -158,10 +156,6 @@ class TableConfiguration:
     def has_invariants(self) -> bool:
         return registry.INVARIANTS in self.schema_marks
 
-    @property
-    def has_void_columns(self) -> bool:
-        return "void" in self.schema_marks
-
     @cached_property
     def constraints(self) -> dict[str, str]:
         """CHECK constraints by name ("CHECK Constraints": ``delta.constraints.<name>``)."""
@@ -199,11 +193,6 @@ class TableConfiguration:
     def unsupported(self, needed: set[str]) -> list[str]:
         """Of ``needed`` (e.g. what a new schema uses), the features the protocol does not support."""
         return sorted(n for n in needed if not self.supports(n))
-
-    def is_active(self, name: str) -> bool:
-        """Supported and its metadata requirements met ("Active Features")."""
-        record = registry.feature(name)
-        return self.supports(name) and record is not None and record.in_use(self.usage)
 
     def check_read(self, where: str) -> None:
         check_read_supported(self.protocol, where=where)

@@ -12,7 +12,7 @@ here, so adding a feature is adding a record (as delta-kernel-rs's ``table_featu
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 
@@ -77,11 +77,19 @@ class TableFeature:
     legacy: tuple[int, int] | None = None  # (reader, writer) versions that imply it before table features
     enabled_by: str | None = None  # "key=value" of the property that turns it on, if any
     requires: tuple[str, ...] = ()
-    in_use: Callable[[Usage], bool] = _always
+    in_use: Callable[[Usage], bool] | None = None  # default: the enabling property is set, else always
     spec: str = ""  # the protocol section, or "Delta Spark" when only Delta Spark's code names it
     note: str = ""  # why we refuse it, or what our writers do differently
     preview_of: str | None = None  # the feature this is Delta Spark's preview name of
     commits_through_catalog: bool = False  # commits go to a catalog or coordinator, not put-if-absent
+
+    def __post_init__(self) -> None:
+        if self.in_use is None:
+            check = _always
+            if self.enabled_by is not None:
+                key, _, value = self.enabled_by.partition("=")
+                check = _on(key, value)
+            object.__setattr__(self, "in_use", check)
 
     @property
     def shown_by_metadata(self) -> bool:
@@ -101,11 +109,6 @@ class TableFeature:
     def writes(self) -> bool:
         return self.disposition is Disposition.READ_WRITE
 
-    @property
-    def needs_table_features(self) -> bool:
-        """Whether a table can support it only on reader 3 / writer 7 (it has no legacy version)."""
-        return self.legacy is None
-
 
 RW, W = Kind.READER_WRITER, Kind.WRITER
 READ_WRITE, READ_ONLY, REFUSED = Disposition.READ_WRITE, Disposition.READ_ONLY, Disposition.REFUSED
@@ -113,14 +116,14 @@ READ_WRITE, READ_ONLY, REFUSED = Disposition.READ_WRITE, Disposition.READ_ONLY, 
 _RECORDS = (
     # -- legacy features: implied by protocol versions before table features ("Writer Version Requirements")
     TableFeature("appendOnly", W, READ_WRITE, (1, 2), "delta.appendOnly=true",
-                 in_use=_on("delta.appendOnly"), spec="Append-only Tables"),
+                 spec="Append-only Tables"),
     TableFeature("invariants", W, READ_WRITE, (1, 2), in_use=_mark(INVARIANTS), spec="Column Invariants",
                  note="rows are checked by the writers that evaluate SQL (Arrow and Spark)"),
     TableFeature("checkConstraints", W, READ_WRITE, (1, 3),
                  in_use=lambda u: any(k.startswith("delta.constraints.") for k in u.properties),
                  spec="CHECK Constraints"),
     TableFeature("changeDataFeed", W, READ_WRITE, (1, 4), "delta.enableChangeDataFeed=true",
-                 in_use=_on("delta.enableChangeDataFeed"), spec="Add CDC File"),
+                 spec="Add CDC File"),
     TableFeature("generatedColumns", W, READ_WRITE, (1, 4), in_use=_mark(GENERATED),
                  spec="Generated Columns"),
     TableFeature("columnMapping", RW, READ_WRITE, (2, 5),
@@ -129,19 +132,19 @@ _RECORDS = (
     TableFeature("identityColumns", W, READ_WRITE, (1, 6), in_use=_mark(IDENTITY), spec="Identity Columns"),
     # -- table features (reader 3 / writer 7)
     TableFeature("deletionVectors", RW, READ_WRITE, None, "delta.enableDeletionVectors=true",
-                 in_use=_on("delta.enableDeletionVectors"), spec="Deletion Vectors"),
+                 spec="Deletion Vectors"),
     TableFeature("timestampNtz", RW, READ_WRITE, None, in_use=_mark(TIMESTAMP_NTZ),
                  spec="Timestamp without timezone (TimestampNtz)"),
     TableFeature("v2Checkpoint", RW, READ_WRITE, None, "delta.checkpointPolicy=v2",
-                 in_use=_on("delta.checkpointPolicy", "v2"), spec="V2 Checkpoint Table Feature"),
+                 spec="V2 Checkpoint Table Feature"),
     TableFeature("vacuumProtocolCheck", RW, READ_WRITE, None, spec="VACUUM Protocol Check"),
     TableFeature("domainMetadata", W, READ_WRITE, None, spec="Domain Metadata"),
     TableFeature("rowTracking", W, READ_WRITE, None, "delta.enableRowTracking=true",
-                 requires=("domainMetadata",), in_use=_on("delta.enableRowTracking"),
+                 requires=("domainMetadata",),
                  spec="Row Tracking"),
     TableFeature("clustering", W, READ_WRITE, None, requires=("domainMetadata",), spec="Clustered Table"),
     TableFeature("inCommitTimestamp", W, READ_WRITE, None, "delta.enableInCommitTimestamps=true",
-                 in_use=_on("delta.enableInCommitTimestamps"), spec="In-Commit Timestamps"),
+                 spec="In-Commit Timestamps"),
     TableFeature("typeWidening", RW, READ_WRITE, None, "delta.enableTypeWidening=true",
                  in_use=lambda u: u.true("delta.enableTypeWidening") or TYPE_CHANGES in u.schema_marks,
                  spec="Type Widening"),
@@ -153,8 +156,7 @@ _RECORDS = (
     TableFeature("variantType-preview", RW, READ_WRITE, None, in_use=_mark(VARIANT), spec="Delta Spark",
                  preview_of="variantType"),
     TableFeature("variantShredding", RW, READ_WRITE, None, "delta.enableVariantShredding=true",
-                 requires=("variantType",), in_use=_on("delta.enableVariantShredding"),
-                 spec="Variant Shredding",
+                 requires=("variantType",), spec="Variant Shredding",
                  note="shredded files are read; our writers write unshredded, which the spec allows"),
     TableFeature("variantShredding-preview", RW, READ_WRITE, None, requires=("variantType",),
                  in_use=_on("delta.enableVariantShredding"), spec="Delta Spark",
@@ -167,18 +169,18 @@ _RECORDS = (
                  commits_through_catalog=True, spec="Delta Spark", preview_of="catalogManaged",
                  note="the preview of catalogManaged: commits go through the table's catalog"),
     TableFeature("icebergCompatV1", W, READ_ONLY, None, "delta.enableIcebergCompatV1=true",
-                 requires=("columnMapping",), in_use=_on("delta.enableIcebergCompatV1"),
+                 requires=("columnMapping",),
                  spec="Iceberg Compatibility V1",
                  note="writers must keep the table convertible to Iceberg, which we do not yet do"),
     TableFeature("icebergCompatV2", W, READ_ONLY, None, "delta.enableIcebergCompatV2=true",
-                 requires=("columnMapping",), in_use=_on("delta.enableIcebergCompatV2"),
+                 requires=("columnMapping",),
                  spec="Iceberg Compatibility V2",
                  note="writers must keep the table convertible to Iceberg, which we do not yet do"),
     TableFeature("icebergCompatV3", W, READ_ONLY, None, "delta.enableIcebergCompatV3=true",
-                 requires=("columnMapping", "rowTracking"), in_use=_on("delta.enableIcebergCompatV3"),
+                 requires=("columnMapping", "rowTracking"),
                  spec="Delta Spark", note="not yet in the protocol text"),
     TableFeature("icebergWriterCompatV1", W, READ_ONLY, None, "delta.enableIcebergWriterCompatV1=true",
-                 requires=("icebergCompatV2",), in_use=_on("delta.enableIcebergWriterCompatV1"),
+                 requires=("icebergCompatV2",),
                  spec="Delta Spark", note="not yet in the protocol text"),
     TableFeature("allowColumnDefaults", W, READ_ONLY, None, in_use=_mark(DEFAULTS), spec="Default Columns",
                  note="writers must fill omitted columns with their SQL default expressions, which this "
@@ -211,25 +213,9 @@ def feature(name: str) -> TableFeature | None:
     return FEATURES.get(name)
 
 
-def features() -> Iterator[TableFeature]:
-    return iter(FEATURES.values())
-
-
 def legacy_features() -> dict[str, tuple[int, int]]:
     """Features implied by legacy protocol versions, with the (reader, writer) versions that imply them."""
     return {f.name: f.legacy for f in FEATURES.values() if f.legacy is not None}
-
-
-def enabled_by_properties(properties: Mapping[str, str]) -> set[str]:
-    """Features the table properties turn on (``delta.enableChangeDataFeed=true`` and the like)."""
-    found = set()
-    for f in FEATURES.values():
-        if f.enabled_by is None:
-            continue
-        key, _, value = f.enabled_by.partition("=")
-        if str(properties.get(key, "")).strip().lower() == value:
-            found.add(f.name)
-    return found
 
 
 def asked_by_properties(properties: Mapping[str, str]) -> set[str]:
