@@ -15,6 +15,7 @@ the form's Test button calls :meth:`DeltaHook.test_connection`.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -292,3 +293,30 @@ def split_tables(value: Any) -> list[str]:
         text = value.strip()
         value = json.loads(text) if text.startswith("[") else text.replace(",", "\n").splitlines()
     return [str(v).strip().rstrip("/") for v in value if str(v).strip()]
+
+
+class DeltaHookMixin:
+    """One ``DeltaHook`` per instance, built one way, for the operators, the sensor and the triggers (as
+    Airflow's ``AwsBaseOperator`` and ``GoogleCloudBaseOperator`` cache theirs): the ``hook`` of anything
+    that names a table (``table_uri``) and its connection (``delta_conn_id``).
+
+    The hook is cached: it depends only on ``delta_conn_id``, which is not templated, so building it before
+    or after rendering gives the same hook. The table handle is not cached: ``table_uri`` is templated, and a
+    handle is cheap next to the connection look-up the hook does.
+    """
+
+    delta_conn_id: str | None
+    table_uri: str
+
+    @cached_property
+    def hook(self) -> DeltaHook:
+        """The one ``DeltaHook`` of this instance (``delta_conn_id``; ``None``: no credentials)."""
+        return DeltaHook(self.delta_conn_id)
+
+    def delta_table(self) -> DeltaTable:
+        """The table at ``table_uri`` (as rendered) with the hook's credentials."""
+        return self.hook.get_table(self.table_uri)
+
+    def table_storage_options(self) -> dict[str, Any]:
+        """The fsspec storage options of ``table_uri`` (``{}`` without a connection): what Spark is given."""
+        return self.hook.storage_options(self.table_uri)

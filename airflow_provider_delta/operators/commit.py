@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
+from airflow_provider_delta.hooks.delta import DeltaHookMixin
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import AddFile, add_file_from_parquet
 from airflow_provider_delta.log.actions.commit_info import write_metrics
 from airflow_provider_delta.log.schema.file_layout import partition_values_of_path
-from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.ui.links import DeltaTableLink, canonical_uri, record_commit
 
 if TYPE_CHECKING:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from airflow.sdk import BaseOperator
 
+from airflow_provider_delta.hooks.delta import DeltaHookMixin
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import DeltaTable, InvalidCommitError, TableNotFoundError
 from airflow_provider_delta.log.schema.schema import arrow_schema_to_delta
-from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 
 if TYPE_CHECKING:

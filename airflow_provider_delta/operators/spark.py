@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseHook, BaseOperator
 
 from airflow_provider_delta.extras import require
+from airflow_provider_delta.hooks.delta import DeltaHookMixin
 from airflow_provider_delta.hooks.secrets import redact_errors
-from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.operators.commit import MODES, default_app_id, table_asset
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit
 

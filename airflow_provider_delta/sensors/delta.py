@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from airflow_provider_delta.hooks.delta import DeltaHookMixin
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log.commits.tail import NO_TABLE, VersionCondition, current_version, observe
-from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.triggers.delta import DeltaVersionTrigger
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import Any
 from airflow.sdk import Asset
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
+from airflow_provider_delta.hooks.delta import DeltaHookMixin
 from airflow_provider_delta.log.commits.tail import VersionCondition, current_version, observe
-from airflow_provider_delta.operators.base import DeltaHookMixin
 
 CURSOR_KEY = "delta_version"
 

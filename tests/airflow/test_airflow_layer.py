@@ -15,10 +15,9 @@ import pyarrow as pa
 import pytest
 
 import airflow_provider_delta
-from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.hooks import delta as hook_module
+from airflow_provider_delta.hooks.delta import DeltaHook, DeltaHookMixin
 from airflow_provider_delta.log import DeltaTable
-from airflow_provider_delta.operators import base
-from airflow_provider_delta.operators.base import DeltaHookMixin
 from airflow_provider_delta.operators.commit import DeltaCommitOperator
 from airflow_provider_delta.operators.create import DeltaCreateTableOperator
 from airflow_provider_delta.operators.layout import DeltaOptimizeOperator, DeltaRestoreOperator
@@ -70,7 +69,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[DeltaHook]:
             super().__init__(*args, **kwargs)
             hooks.append(self)
 
-    monkeypatch.setattr(base, "DeltaHook", CountedHook)
+    monkeypatch.setattr(hook_module, "DeltaHook", CountedHook)
     return hooks
 
 
