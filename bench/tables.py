@@ -376,6 +376,86 @@ def build_checkpoint_table(
     return cp_version + commits, num_adds + commits * (10 - 3)
 
 
+def build_task_table(
+    root: Path, num_adds: int = 1_000_000, commits: int = 50, shape: str = "wide"
+) -> tuple[int, int]:
+    """``checkpoint_1m``'s log at any size, for ``bench.task``; returns (latest version, live files).
+
+    The checkpoint (version 1000: protocol, metaData, the ``nightly-ingest`` txn, 1,000 tombstones, then
+    ``num_adds`` adds) is written one row group of 500,000 rows at a time as its adds are generated, so a
+    checkpoint of 10,000,000 files is never held whole. Then ``commits`` JSON commits of 10 adds and 3
+    removes of checkpointed files; the one in the middle also sets the app transaction ``TASK_APP_ID`` to
+    its own version (``task_app_version``).
+    """
+    rng = np.random.default_rng(_SEED + 3)
+    log_dir = root / "_delta_log"
+    log_dir.mkdir(parents=True)
+    cp_version = 1_000
+    gone = rng.choice(num_adds, size=(commits, 3), replace=False)
+    wanted = np.sort(gone.ravel())
+    taken: list[pa.StructArray] = []  # the removed adds, in the order of ``wanted``
+    removes = _removes(rng, 1_000)
+    protocol = pa.array([_PROTOCOL], PROTOCOL)
+    plain = {**_metadata(shape), "format": {"provider": "parquet", "options": []}, "configuration": []}
+    metadata = pa.array([plain], METADATA)
+    txn = pa.array([{"appId": "nightly-ingest", "version": cp_version, "lastUpdated": _NOW_MS}], TXN)
+    head = 3 + len(removes)
+    total = head + num_adds
+    path = log_dir / f"{cp_version:020d}.checkpoint.parquet"
+    writer = None
+    start = 0  # index of the chunk's first add
+    try:
+        while start < num_adds:
+            first = start == 0
+            n = min(num_adds - start, _ROW_GROUP - head if first else _ROW_GROUP)
+            adds = _adds(rng, n, shape)
+            lo, hi = np.searchsorted(wanted, [start, start + n])
+            if hi > lo:
+                taken.append(adds.take(pa.array(wanted[lo:hi] - start)))
+            rows = n + (head if first else 0)
+            table = pa.table(
+                {
+                    "txn": _column(txn, 2, rows) if first else pa.nulls(rows, TXN),
+                    "add": _column(adds, head if first else 0, rows),
+                    "remove": _column(removes, 3, rows) if first else pa.nulls(rows, REMOVE),
+                    "metaData": _column(metadata, 1, rows) if first else pa.nulls(rows, METADATA),
+                    "protocol": _column(protocol, 0, rows) if first else pa.nulls(rows, PROTOCOL),
+                }
+            )
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema, compression="snappy")
+            writer.write_table(table, row_group_size=_ROW_GROUP)
+            start += n
+    finally:
+        if writer is not None:
+            writer.close()
+    last = {"version": cp_version, "size": total, "sizeInBytes": path.stat().st_size,
+            "numOfAddFiles": num_adds}  # fmt: skip
+    (log_dir / "_last_checkpoint").write_text(json.dumps(last))
+    removed = pa.concat_arrays(taken)  # row i is the add ``wanted[i]``
+    position = {int(w): i for i, w in enumerate(wanted)}
+    txn_commit = task_app_version(cp_version, commits)
+    for i in range(commits):
+        version = cp_version + 1 + i
+        gone_here = removed.take(pa.array([position[int(g)] for g in gone[i]]))
+        lines = [_commit_info(version, "WRITE"), *_json_adds(_adds(rng, 10, shape)),
+                 *_json_removes(gone_here, deletion_timestamp=_NOW_MS + i)]  # fmt: skip
+        if version == txn_commit:
+            body = {"appId": TASK_APP_ID, "version": version, "lastUpdated": _NOW_MS + i}
+            lines.append(json.dumps({"txn": body}, separators=(",", ":")))
+        _write_commit(log_dir, version, lines)
+    return cp_version + commits, num_adds + commits * (10 - 3)
+
+
+TASK_APP_ID = "bench-app"
+_ROW_GROUP = 500_000  # Spark's 128 MB row groups: about half a million of these adds each
+
+
+def task_app_version(cp_version: int = 1_000, commits: int = 50) -> int:
+    """The version ``TASK_APP_ID`` is at in ``build_task_table``'s log: that of the commit setting it."""
+    return cp_version + 1 + commits // 2
+
+
 def build_json_table(
     root: Path, commits: int = 10_000, adds_per_commit: int = 10, shape: str = "narrow"
 ) -> tuple[int, int]:
@@ -483,16 +563,27 @@ def ensure_table(name: str, data_dir: Path) -> BenchTable:
     base, _, shape = name.partition("-")
     suffix = "" if scale() == 1 else f"-x{scale():g}"
     path = data_dir / f"{name}-v{GENERATOR_VERSION}{suffix}"
+    return ensure_built(name, path, lambda root: BUILDERS[base](root, shape or "narrow"))
+
+
+def ensure_built(
+    name: str,
+    path: Path,
+    build: Callable[[Path], tuple[int, int]],
+    verify: Callable[[Path, int, int], None] = verify_with_deltalake,
+) -> BenchTable:
+    """The table cached at ``path``; if missing, ``build`` (returning its version and live files) writes
+    it into a temporary folder, ``verify`` checks it there, and only then is it renamed into place."""
     marker = path / _MARKER
     if marker.exists():
         facts = json.loads(marker.read_text())
         return BenchTable(name, path, facts["version"], facts["num_files"])
-    tmp = data_dir / f".{name}-{os.getpid()}.tmp"
+    tmp = path.parent / f".{name}-{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        version, num_files = BUILDERS[base](tmp, shape or "narrow")
-        verify_with_deltalake(tmp, version, num_files)
+        version, num_files = build(tmp)
+        verify(tmp, version, num_files)
         (tmp / _MARKER).write_text(json.dumps({"version": version, "num_files": num_files}))
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)

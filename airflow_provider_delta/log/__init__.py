@@ -6,6 +6,7 @@ Imports neither Airflow nor PySpark; the provider's hooks, operators and Spark l
 from .actions.actions import AddFile, DomainMetadata, Format, Metadata, Protocol, RemoveFile, SetTransaction
 from .actions.commit_info import CORE_VERSION as __version__  # noqa: F401 - the package version
 from .base.errors import (
+    ChecksumError,
     CommitFailedError,
     CommitOutcomeUnknownError,
     ConcurrentAppendError,
@@ -40,6 +41,7 @@ __all__ = [
     "add_file_from_parquet",
     "read_table",
     "write",
+    "ChecksumError",
     "CommitFailedError",
     "CommitOutcomeUnknownError",
     "CommitResult",

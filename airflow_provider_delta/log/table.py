@@ -24,7 +24,9 @@ from .commits.transaction import CommitResult, Transaction
 from .features.creation import initial_actions
 from .files.last_checkpoint import LastCheckpoint
 from .files.storage import LogStore
+from .files.version_checksum import VersionChecksum
 from .maintenance.cleanup import cleanup_expired_logs
+from .maintenance.log_compaction import write_log_compaction
 from .maintenance.optimize import optimize
 from .maintenance.optimize_commit import OptimizeMetrics
 from .maintenance.restore import RestoreResult, restore
@@ -32,7 +34,7 @@ from .maintenance.vacuum import VacuumReport, vacuum
 from .scans.scan import Scan
 from .snapshot.checkpoint import write_checkpoint
 from .snapshot.history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
-from .snapshot.snapshot import Snapshot
+from .snapshot.snapshot import Snapshot, validate_checksum
 from .snapshot.table_context import TableContext
 from .writes.data_files import add_file_from_parquet
 from .writes.write_rows import write_rows
@@ -90,6 +92,13 @@ class DeltaTable(TableContext):
 
     def _ict_from(self) -> int | None:
         return self.snapshot().table_configuration.in_commit_timestamps_from
+
+    def validate_checksum(self, version: int | None = None) -> VersionChecksum:
+        """Check the version checksum (``NNN.crc``) of ``version`` (latest by default) against the state
+        its log replays to ("State Validation"): the checksum when they agree, else ``ChecksumError``
+        naming the file and the fields that differ (also when the version has no checksum). Reads the
+        whole file list: a check to run on purpose, not on every read."""
+        return validate_checksum(self.snapshot(int_arg(version, "version", minimum=0, optional=True)))
 
     def locate_app_transaction(self, app_id: str, at_version: int) -> int:
         """The version whose commit recorded the current ``txn`` of ``app_id`` (scanning back from
@@ -227,6 +236,12 @@ class DeltaTable(TableContext):
     def cleanup_expired_logs(self, **options: Any) -> list[str]:
         """Delete log files older than ``delta.logRetentionDuration`` that no retained version needs."""
         return cleanup_expired_logs(self, **options)
+
+    def compact_log(self, start: int | None = None, end: int | None = None) -> str | None:
+        """Write a log compaction file of commits ``start`` to ``end`` (by default every commit since the
+        newest checkpoint), so that readers read one file for them ("Log Compaction Files"); its name, or
+        ``None`` when there was nothing worth compacting or it exists."""
+        return write_log_compaction(self, start, end)
 
 
 def write(

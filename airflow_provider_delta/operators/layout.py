@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.compute as pc
 from airflow.sdk import BaseHook
 
 from airflow_provider_delta.extras import require
@@ -216,7 +215,7 @@ class DeltaOptimizeOperator(DeltaBaseOperator):
             raise ValueError(f"engine must be one of {ENGINES}, not {self.engine!r}")
         if engine != "auto":
             return engine
-        size = int(pc.sum(table.snapshot().files.column("size")).as_py() or 0)
+        size = table.snapshot().table_size_bytes  # from the version checksum when there is one
         chosen = "pyarrow" if size <= self.spark_threshold_bytes else "spark"
         self.log.info("engine auto: %s holds %d bytes of live files (threshold %d): %s", self.table_uri, size,
                       self.spark_threshold_bytes, chosen)  # fmt: skip

@@ -124,8 +124,7 @@ def build_view(
     if selected is not None and selected < snap.version - limit + 1:
         entries += [e for e in table.history() if e.version == selected]
     rows = [_row(table, e) for e in entries]
-    sizes = snap.files.column("size")
-    size_bytes = int(pc.sum(sizes).as_py() or 0)
+    size_bytes = snap.table_size_bytes  # from the version checksum when there is one: no file list read
     points, exact = _walk_back(snap.version, snap.num_files, size_bytes, rows[: min(limit, len(rows))])
     return TableView(
         uri=table.uri,

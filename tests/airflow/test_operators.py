@@ -125,7 +125,8 @@ def test_a_create_that_loses_the_race_checks_the_winner(tmp_path: Path, monkeypa
         DeltaCreateTableOperator, "_existing", staticmethod(lambda t: next(looks, original(t)))
     )
     assert _create(tmp_path) == 0
-    assert sorted(os.listdir(tmp_path / "_delta_log")) == ["00000000000000000000.json"]
+    # One version 0, the winner's (with its checksum): the loser wrote nothing.
+    assert sorted(os.listdir(tmp_path / "_delta_log")) == [f"{0:020d}.crc", f"{0:020d}.json"]
     looks = iter([None])
     with pytest.raises(ValueError, match="partitioned by"):
         _create(tmp_path, partition_by=[])

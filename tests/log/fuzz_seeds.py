@@ -131,7 +131,7 @@ def build_seeds(where: Path) -> dict[str, Path]:
 class LogFiles:
     """What a mutation may target in one seed: its JSON files with line counts, its Parquet files."""
 
-    json_files: tuple[tuple[str, int], ...]  # (name relative to _delta_log, number of lines)
+    json_files: tuple[tuple[str, int], ...]  # (name relative to _delta_log, number of lines), checksums too
     parquet_files: tuple[str, ...]
     all_files: tuple[str, ...]
     actions: dict[str, tuple[str, ...]]  # action name -> the JSON files that hold one
@@ -143,7 +143,7 @@ class LogFiles:
         json_files = tuple(
             (n, len((log / n).read_bytes().splitlines()))
             for n in names
-            if n.endswith(".json") or n == "_last_checkpoint"
+            if n.endswith((".json", ".crc")) or n == "_last_checkpoint"  # a checksum is one JSON object
         )
         parquet = tuple(n for n in names if n.endswith(".parquet"))
         actions: dict[str, list[str]] = {}

@@ -64,7 +64,10 @@ def _assert_clean(result: ChaosResult, *, server_faults: bool) -> None:
     assert audit.acknowledged > 0 and result.events["checkpoint"] > 0, report
     assert sum(result.client_faults.values()) > 0 and sum(result.kills.values()) > 0, report
     assert not server_faults or sum(result.server_faults.values()) > 0, report
-    # Nothing acknowledged lost, nothing twice, every live file there, the log and checkpoints consistent.
+    # Writers left version checksums behind, each of which the audit compared with its version's replay.
+    assert audit.checksums["agrees"] > 0, report
+    # Nothing acknowledged lost, nothing twice, every live file there, the log, checkpoints and checksums
+    # consistent.
     assert not result.failures, report
     assert (audit.lost, audit.duplicated, audit.missing_files, audit.problems) == ([], [], [], []), report
     assert (final.lost, final.duplicated, final.missing_files, final.problems) == ([], [], [], []), report

@@ -28,14 +28,21 @@ OLD, NEW = 40 * DAY, 1 * DAY  # against the default 30-day delta.logRetentionDur
 _VERSION = re.compile(r"^(\d{20})\.")
 
 
-def build(root: Path, commits: int, configuration: dict[str, str] | None = None) -> DeltaTable:
-    """``commits`` versions (0 = create), one small file appended by each; the core checkpoints every 10."""
+def build(
+    root: Path, commits: int, configuration: dict[str, str] | None = None, *, checksums: bool = False
+) -> DeltaTable:
+    """``commits`` versions (0 = create), one small file appended by each; the core checkpoints every 10.
+    Without ``checksums`` the ``.crc`` files the core writes are removed: a log as delta-rs leaves it,
+    so that each test names exactly the files it is about."""
     t = DeltaTable.create(str(root), SCHEMA, configuration=configuration)
     for v in range(1, commits):
         rel = f"part-{v:05d}.parquet"
         pq.write_table(pa.table({"id": [v]}), root / rel)
         t.transaction().add_files([add_file_from_parquet(t, rel)]).commit()
-    return t
+    if not checksums:
+        for f in (root / "_delta_log").glob("*.crc"):
+            f.unlink()
+    return DeltaTable(str(root))
 
 
 def age_log(root: Path, age_of: Any, now: int = NOW) -> None:
@@ -85,6 +92,16 @@ def test_cleanup_deletes_up_to_the_newest_checkpoint_before_the_cutoff(tmp_path:
         (tmp_path / p).as_posix() for p in before[24][1]
     ]
     assert cleanup_expired_logs(t, now_ms=NOW) == []  # idempotent
+
+
+def test_checksums_expire_with_their_commits(tmp_path: Path):
+    t = build(tmp_path, 25, checksums=True)  # a checksum per version, checkpoints at 10 and 20
+    age_log(tmp_path, lambda v: OLD if v <= 14 else NEW)
+    deleted = cleanup_expired_logs(t, now_ms=NOW)
+    assert deleted == sorted(n for v in range(10) for n in (commit(v), f"{v:020d}.crc"))
+    left = log_names(tmp_path)
+    assert {f"{v:020d}.crc" for v in range(10, 25)} <= left
+    assert t.snapshot().checksum is not None and t.snapshot().num_files == 24
 
 
 def test_the_newest_checkpoint_and_everything_after_it_remain(tmp_path: Path):
@@ -177,7 +194,9 @@ def test_multi_part_checkpoints_checksums_and_compactions_expire(tmp_path: Path)
     deleted = cleanup_expired_logs(t, now_ms=NOW)
     parts = [f"{7:020d}.checkpoint.{i:010d}.0000000002.parquet" for i in (1, 2)]
     compacted = f"{1:020d}.{3:020d}.compacted.json"
-    assert deleted == sorted([commit(v) for v in range(10)] + parts + [f"{3:020d}.crc", compacted])
+    # The checkpoint at 7 brought a checksum of its version (its file list was read for it).
+    crcs = [f"{3:020d}.crc", f"{7:020d}.crc"]
+    assert deleted == sorted([commit(v) for v in range(10)] + parts + crcs + [compacted])
     assert f"{11:020d}.{13:020d}.compacted.json" in log_names(tmp_path)  # starts after the boundary
     assert state(t, 10)[0] == 10
 
@@ -251,11 +270,12 @@ def test_cleanup_on_s3(s3_server: Any, s3_bucket: str):
         t.transaction().commit("OPTIMIZE")  # checkpoint at 10
     later = int(time.time() * 1000) + OLD  # every object is 40 days old by then
     deleted = cleanup_expired_logs(t, now_ms=later)
-    assert deleted == [commit(v) for v in range(10)]
+    assert deleted == sorted(n for v in range(10) for n in (commit(v), f"{v:020d}.crc"))
     fs = s3_server.filesystem()
     left = sorted(os.path.basename(k) for k in fs.find(f"{s3_bucket}/t/_delta_log"))
     assert left == sorted(
         [f"{10:020d}.checkpoint.parquet", "_last_checkpoint", commit(10), commit(11), commit(12)]
+        + [f"{v:020d}.crc" for v in (10, 11, 12)]
     )
     assert t.version() == 12
     with pytest.raises(VersionNotFoundError):

@@ -168,8 +168,9 @@ def test_listing_from_a_version_existence_and_replacing(emulator: Emulator, http
     store.fs.pipe_file(store.log_file("_sidecars/s.parquet"), b"")  # a sub-folder is not part of the listing
 
     names = [f.name for f in store.list_log(3)]
-    assert names == [f"{v:020d}.json" for v in (3, 4, 5)] + ["_last_checkpoint"]
-    assert [f.name for f in store.list_log()][:3] == [f"{v:020d}.json" for v in (0, 1, 2)]
+    # Each commit is followed by its version checksum.
+    assert names == [f"{v:020d}.{ext}" for v in (3, 4, 5) for ext in ("crc", "json")] + ["_last_checkpoint"]
+    assert [f.name for f in store.list_log()][:3] == [f"{0:020d}.crc", f"{0:020d}.json", f"{1:020d}.crc"]
     assert all(f.size > 0 and f.modification_time > 0 for f in store.list_log(3))
     assert store.read_log_file("_last_checkpoint") == b"new"
 
@@ -201,9 +202,10 @@ def test_gcs_lists_from_the_start_version_page_by_page(
 
     monkeypatch.setattr(store.fs, "call", two_per_page)
     http_requests.clear()
-    assert [f.name for f in store.list_log(2)] == [f"{v:020d}.json" for v in range(2, 6)]
+    listed = [f"{v:020d}.{ext}" for v in range(2, 6) for ext in ("crc", "json")]  # commits and checksums
+    assert [f.name for f in store.list_log(2)] == listed
     # The server starts at version 2 ("startOffset"): versions 0 and 1 never cross the wire.
-    assert pages[:2] == [[f"{v:020d}.json" for v in (2, 3)], [f"{v:020d}.json" for v in (4, 5)]]
+    assert pages[:4] == [listed[0:2], listed[2:4], listed[4:6], listed[6:8]]
     assert all("startOffset=" in url for _, url in http_requests), http_requests
 
 

@@ -59,9 +59,10 @@ def write_log(root: Path, *commits: list[str] | bytes) -> Path:
 
 
 def refused(root: Path, *, file: str, line: int | None, says: str) -> CorruptLogError:
-    """Opening the table raises CorruptLogError naming ``file`` (and ``line``) and saying ``says``."""
+    """Reading the table (its snapshot, then its file list, which is read when first asked for) raises
+    CorruptLogError naming ``file`` (and ``line``) and saying ``says``."""
     with pytest.raises(CorruptLogError) as caught:
-        DeltaTable(str(root)).snapshot()
+        DeltaTable(str(root)).snapshot().files  # noqa: B018
     err = caught.value
     assert err.path == str(root / "_delta_log" / file), str(err)
     assert err.line == line, str(err)
@@ -262,9 +263,9 @@ def test_invalid_utf8_in_a_checkpoint_path_makes_the_checkpoint_unreadable(tmp_p
     new = pa.StructArray.from_arrays(children, names=[f.name for f in adds.type], mask=adds.is_null())
     pq.write_table(table.set_column(table.column_names.index("add"), "add", new), cp)
     with caplog.at_level(logging.WARNING):
-        snap = DeltaTable(str(tmp_path)).snapshot()
+        paths = DeltaTable(str(tmp_path)).snapshot().file_paths()
     assert "add.path is not valid UTF-8" in caplog.text
-    assert sorted(snap.file_paths()) == ["p=1/a.parquet", "p=1/b.parquet"]
+    assert sorted(paths) == ["p=1/a.parquet", "p=1/b.parquet"]
 
 
 # -- small actions of the wrong type ----------------------------------------------------------------------

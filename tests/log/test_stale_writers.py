@@ -285,6 +285,9 @@ def test_a_reader_relists_when_cleanup_deletes_what_it_just_listed(table: DeltaT
     for i in range(4):
         table.transaction().add_files([_file(table, f"after-{i}")]).commit(auto_checkpoint=False)
     expected = sorted(DeltaTable(table.uri).snapshot().file_paths())
+    for name in _log_names(table):  # a log without checksums (as delta-rs writes): the commits are read
+        if name.endswith(".crc"):
+            os.remove(table.store.log_file(name))
     reader = DeltaTable(table.uri)
     real = reader.store.read_log_files
     calls = {"n": 0}

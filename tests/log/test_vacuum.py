@@ -145,7 +145,10 @@ def test_vacuum_deletes_exactly_orphans_and_expired_tombstones(root: Path):
     real = vacuum(t, dry_run=False, now_ms=NOW)
     assert real.files == dry.files and real.bytes == dry.bytes and not real.dry_run
     assert data_files(root) == {p for p in before if not p.startswith("_delta_log/")} - doomed
-    assert existing(root) - before == {f"_delta_log/{v:020d}.json" for v in (t.version() - 1, t.version())}
+    # VACUUM START and END, each with its version checksum.
+    assert existing(root) - before == {
+        f"_delta_log/{v:020d}.{ext}" for v in (t.version() - 1, t.version()) for ext in ("json", "crc")
+    }
     assert existing(root.parent / "outside") == outside_before
     assert vacuum(t, now_ms=NOW).files == []  # nothing left to do
 
@@ -518,7 +521,8 @@ def test_vacuum_on_s3_deletes_the_right_objects(s3_server: Any, s3_bucket: str):
     left = {k.split("/t/", 1)[1] for k in fs.find(f"{s3_bucket}/t") if "/_delta_log/" not in k}
     assert left == {live, "_tmp/hidden.parquet"}
     log_after = set(fs.find(f"{s3_bucket}/t/_delta_log"))
-    assert log_before <= log_after and len(log_after - log_before) == 2  # VACUUM START and END
+    # VACUUM START and END, each with its version checksum.
+    assert log_before <= log_after and len(log_after - log_before) == 4
     assert fs.exists(f"{s3_bucket}/sibling/outside.parquet")
     assert t.snapshot().file_paths() == [live]
 

@@ -396,6 +396,20 @@ class RemoveFile:
     default_row_commit_version: int | None = None
     stats: str | None = None
 
+    @classmethod
+    def from_table(cls, tombstones: pa.Table) -> list[RemoveFile]:
+        """Each row of a table of ``remove`` fields (``Snapshot.tombstones``), a column at a time."""
+        n, names = tombstones.num_rows, set(tombstones.column_names)
+        fields = [name for name, _ in REMOVE_FIELDS]  # in the order of the fields below
+        columns = [tombstones.column(f).to_pylist() if f in names else [None] * n for f in fields]
+        return [
+            cls(path, ts, True if change is None else bool(change), extended, _as_dict(pv), size,
+                _as_dict(tags), dv, base, commit_version, stats)  # fmt: skip
+            for path, ts, change, extended, pv, size, tags, dv, base, commit_version, stats in zip(
+                *columns, strict=True
+            )
+        ]
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": encode_uri_path(self.path), "dataChange": self.data_change}
         if self.deletion_timestamp is not None:

@@ -36,6 +36,13 @@ class CorruptLogError(DeltaError):
         self.line = line
 
 
+class ChecksumError(CorruptLogError):
+    """A version checksum file (``NNN.crc``) is malformed, or disagrees with the state the log replays to
+    ("Version Checksum File"). Readers ignore such a file with a warning; this is raised only where the
+    caller asked to validate, and by a checkpoint, which would otherwise carry the checksum's state into
+    the log."""
+
+
 class DeletionVectorError(CorruptLogError):
     """A deletion vector cannot be read ("Deletion Vectors"): its file is missing or cut short, its size
     prefix, checksum, format version, magic number or cardinality disagree with its descriptor, or its bitmap

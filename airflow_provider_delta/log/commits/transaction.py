@@ -51,11 +51,12 @@ from ..features.row_tracking import DOMAIN as ROW_TRACKING_DOMAIN
 from ..features.row_tracking import RowIdAssignment, plan_row_ids
 from ..files.segment import commit_name, commit_version
 from ..files.storage import FileMeta
+from ..files.version_checksum import VersionChecksum, commit_effect, first_checksum, write_checksum
 from ..snapshot.checkpoint import write_checkpoint
 from ..snapshot.file_references import FileRef, file_refs, live_files, new_adds, tombstone
 from ..snapshot.history import locate_app_transaction
 from ..snapshot.replay import TableState
-from ..snapshot.snapshot import Snapshot, extend_snapshot, load_snapshot
+from ..snapshot.snapshot import Snapshot, after_commit_checksum, extend_snapshot, load_snapshot
 from ..snapshot.table_context import TableContext
 from .change_data import write_change_data
 from .committer import Committer, committer_for
@@ -429,6 +430,10 @@ class Transaction:
         next ``transaction()`` then lists the log without reading those commits again (on object stores,
         a GET each). Skipped, at no cost to correctness, whenever that chain is not whole."""
         snap, own = self.snapshot, self._committer.own_file if self._committer else None
+        if snap is None and version == 0:
+            self._write_checksum(
+                first_checksum(commit_effect(0, data, self.table.store.log_file(commit_name(0))))
+            )
         if snap is None or own is None or own.name != commit_name(version):
             return
         files = [f for f, _ in self._winners] + [own]
@@ -438,6 +443,13 @@ class Transaction:
             log.debug("no snapshot handed over after version %d of %s: %s", version, self.table.uri, exc)
             return
         self.table.advance(after)
+        self._write_checksum(after_commit_checksum(after))
+
+    def _write_checksum(self, crc: VersionChecksum | None) -> None:
+        """Write the version checksum of the commit that just landed ("Writers SHOULD produce a Version
+        Checksum file for each commit"), when it could be computed without replaying the table."""
+        if crc is not None and crc.totals is not None:
+            write_checksum(self.table.store, crc)
 
     def _effects_in(self, state: TableState) -> bool:
         return holds_effects(state, self.adds, self.removes, self.app_transaction, self.metadata)
@@ -594,8 +606,11 @@ class Transaction:
     def _plan_row_ids(self) -> RowIdAssignment | None:
         snap, config = self.snapshot, self.configuration
         assert config is not None  # validate_commit checked
+        # A recommitted file keeps its ids; a blind append adds files new to the table, so it does not
+        # read the file list to look for them (unless it is in memory anyway).
+        live = snap.files if snap is not None and (snap.files_loaded or not self._is_blind_append()) else None
         return plan_row_ids(config.protocol, config.metadata, snap.domain_metadata if snap else {},
-                            snap.files if snap else None, self.adds, f"table {self.table.uri}")  # fmt: skip
+                            live, self.adds, f"table {self.table.uri}")  # fmt: skip
 
     def _file_actions(self, version: int) -> tuple[list[AddFile], list[DomainMetadata]]:
         """The adds and domains of the attempt at ``version``: row ids above the mark as last seen."""

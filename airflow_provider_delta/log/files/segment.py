@@ -15,6 +15,7 @@ from typing import NoReturn
 from ..base.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from .last_checkpoint import LAST_CHECKPOINT, LastCheckpoint, parse_last_checkpoint
 from .storage import FileMeta, LogStore
+from .version_checksum import checksum_version
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,7 @@ COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 CLASSIC_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 MULTI_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 V2_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
+COMPACTION_RE = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
 # How far back the first listing reaches when looking for a checkpoint before a time-travel target.
 _BACKWARD_CHUNK = 1000
 # Versions are signed 64-bit integers in every Delta implementation (Delta Spark's and the kernels' longs).
@@ -55,14 +57,48 @@ class LogSegment:
     version: int
     checkpoint: Checkpoint | None
     commits: tuple[FileMeta, ...]  # versions checkpoint.version+1 .. version, ascending
+    # The newest version checksum (``NNN.crc``) after the checkpoint's version up to ``version``, if listed.
+    checksum: FileMeta | None = None
+    # Log compaction files (``x.y.compacted.json``) whose range lies within the commits, ascending by start.
+    compactions: tuple[FileMeta, ...] = ()
 
     @property
     def checkpoint_version(self) -> int | None:
         return None if self.checkpoint is None else self.checkpoint.version
 
+    def commit_cover(self, after: int | None = None) -> list[tuple[int, FileMeta]]:
+        """The files that hold the commits after ``after`` (the checkpoint's version by default), ascending:
+        each commit, except that a log compaction replaces the commits of its range ("Log Compaction
+        Files"). Greedy, as delta-kernel-rs picks them: at one start the widest range, and a file whose
+        start is already covered is skipped. Each is tagged with the first version it holds."""
+        floor = self.checkpoint_version if after is None else after
+        floor = -1 if floor is None else floor
+        units = [(v, v, f) for f in self.commits if (v := commit_version(f.name)) is not None and v > floor]
+        for f in self.compactions:
+            lo, hi = compaction_range(f.name)
+            if lo > floor and hi <= self.version:
+                units.append((lo, hi, f))
+        units.sort(key=lambda u: (u[0], u[1]))
+        chosen: list[tuple[int, int, FileMeta]] = []
+        for lo, hi, f in units:
+            if chosen and chosen[-1][0] == lo:
+                chosen.pop()  # the same start: the wider range (sorted last) wins
+            elif chosen and lo <= chosen[-1][1]:
+                continue  # already covered by a compaction before it
+            chosen.append((lo, hi, f))
+        return [(lo, f) for lo, _, f in chosen]
+
 
 def commit_name(version: int) -> str:
     return f"{version:020d}.json"
+
+
+def compaction_range(name: str) -> tuple[int, int]:
+    """``(x, y)`` of a log compaction file's name ``x.y.compacted.json``."""
+    m = COMPACTION_RE.match(name)
+    if m is None:
+        raise ValueError(f"{name} is not a log compaction file")
+    return int(m.group(1)), int(m.group(2))
 
 
 def commit_version(name: str) -> int | None:
@@ -252,7 +288,17 @@ class SegmentBuilder:
                 f"{first_commit - 1} and {target}; the table cannot be read at version {target}",
                 path=self.store.log_file(commit_name(missing)),
             )
-        return LogSegment(target, cp, tuple(commits[v] for v in needed))
+        # A checksum at the checkpoint's version or below adds nothing the checkpoint does not say, and
+        # the checkpoint is the log: only a newer one spares the reader the checkpoint.
+        floor = cp.version + 1 if cp else 0
+        sums = [(v, f) for f in files if (v := checksum_version(f.name)) is not None and floor <= v <= target]
+        newest = max(sums, key=lambda s: s[0])[1] if sums else None
+        compactions = tuple(sorted(
+            (f for f in files if (m := COMPACTION_RE.match(f.name)) and first_commit <= int(m.group(1))
+             < int(m.group(2)) <= target),
+            key=lambda f: compaction_range(f.name),
+        ))  # fmt: skip
+        return LogSegment(target, cp, tuple(commits[v] for v in needed), newest, compactions)
 
     def _raise_unreconstructable(self, files: list[FileMeta], version: int | None) -> NoReturn:
         commits = sorted(v for f in files if (v := commit_version(f.name)) is not None)

@@ -103,7 +103,7 @@ class Scan:
             row_version_column=config.materialized_row_commit_version_column,
             storage_options=dict(snapshot.store.storage_options),
         )  # fmt: skip
-        self.files = self._plan(snapshot.files if files is None else files)
+        self.files = self._plan_live() if files is None else self._plan(files)
         self.read_ahead = max(1, int(read_ahead)) if read_ahead is not None else self._default_read_ahead()
 
     def _default_read_ahead(self) -> int:
@@ -128,7 +128,17 @@ class Scan:
     def num_files_skipped(self) -> int:
         return self.candidates - self.files.num_rows
 
-    def _plan(self, files: pa.Table) -> pa.Table:
+    def _plan_live(self) -> pa.Table:
+        """The snapshot's live files that the filter may match. Without the file list in memory they are
+        streamed and filtered batch by batch (only the matches are held); with it, the checkpoint's parsed
+        statistics help too."""
+        snap = self.snapshot
+        if self.filter is None or isinstance(self.filter, Opaque) or snap.files_loaded:
+            return self._plan(snap.files)
+        files, self.candidates = snap.filtered_files(lambda batch: self._plan(batch, streamed=True))
+        return files
+
+    def _plan(self, files: pa.Table, *, streamed: bool = False) -> pa.Table:
         self.candidates = files.num_rows
         if self.filter is None or files.num_rows == 0 or isinstance(self.filter, Opaque):
             return files
@@ -137,7 +147,9 @@ class Scan:
         mode = config.column_mapping_mode
         physical = {f["name"].lower(): physical_name(f, mode) for f in md.schema["fields"]}
         stats = typed_file_stats(config.stats_schema, files) if "stats" in files.column_names else None
-        live = stats is not None and files is self.snapshot.files  # change reads have no checkpoint rows
+        # The checkpoint's parsed statistics line up with the whole file list only (not with change reads'
+        # files, nor with a streamed batch).
+        live = stats is not None and not streamed and files is self.snapshot.files
         parsed = checkpoint_stats(self.snapshot, files) if live else None
         typed = typed_partition_values(md, files, mode)
         facts = FileStatistics(files.num_rows, typed, stats, physical, parsed)

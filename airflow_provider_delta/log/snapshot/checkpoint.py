@@ -8,6 +8,7 @@ column is one struct array, null on the rows of other actions; no Python loop pe
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import math
@@ -21,11 +22,12 @@ import pyarrow.parquet as pq
 from ..actions.actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
 from ..base.arguments import int_arg
 from ..base.arrow_utils import encode_uri_paths
-from ..base.errors import CorruptLogError
+from ..base.errors import ChecksumError, CorruptLogError
 from ..features.configuration import TableConfiguration
 from ..files.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from ..files.segment import read_last_checkpoint
 from ..files.storage import LogStore
+from ..files.version_checksum import checksum_name, checksum_of_state, write_checksum
 from ..schema.partition_values import typed_partition_values
 from ..schema.schema import physical_partition_names
 from ..schema.stats import typed_file_stats
@@ -220,6 +222,14 @@ def write_checkpoint(
             snap.version,
         )
         snap = table.snapshot(snap.vacuum_started - 1)
+    if wrong := snap.checksum_disagreement():
+        # As Delta Spark validates before it checkpoints: the checkpoint would carry the checksum's small
+        # state into the log, so a checksum that the log contradicts stops it, by name.
+        raise ChecksumError(
+            f"cannot checkpoint {store.uri} at version {snap.version}: the version checksum it was read from "
+            f"disagrees with the log on {', '.join(wrong)}; delete or fix the checksum file and try again",
+            path=snap.checksum_source,
+        )
     config = snap.table_configuration
     size_limit = part_size or config.checkpoint_part_size or DEFAULT_PART_SIZE
     # A table with the v2Checkpoint feature gets V2 checkpoints (UUID-named, checkpointMetadata, sidecars).
@@ -231,6 +241,7 @@ def write_checkpoint(
     if n_parts == 1:
         pointer = _write_classic(store, snap.version, state, total)
         _point_to(table, pointer)
+        _checksum_too(table.store, snap)
         log.info("wrote checkpoint of %s at version %d", table.uri, snap.version)
         return pointer
     whole = _clustered(checkpoint_table(state))
@@ -251,6 +262,7 @@ def write_checkpoint(
         num_of_add_files=snap.files.num_rows,
     )
     _point_to(table, pointer)
+    _checksum_too(table.store, snap)
     log.info("wrote %d-part checkpoint of %s at version %d", n_parts, table.uri, snap.version)
     return pointer
 
@@ -331,6 +343,7 @@ def _write_v2(table: TableContext, snap: Snapshot, n_sidecars: int) -> LastCheck
         raw={"v2Checkpoint": top},
     )
     _point_to(table, pointer)
+    _checksum_too(table.store, snap)
     return pointer
 
 
@@ -347,6 +360,20 @@ def _verify_written(store: LogStore, path: str, rows: int) -> None:
         ) from exc
     if found != rows:
         raise CorruptLogError(f"the checkpoint file just written holds {found} rows, not {rows}", path=path)
+
+
+def _checksum_too(store: LogStore, snap: Snapshot) -> None:
+    """The checkpoint's version gets its checksum too when it has none: the file list is in memory, so a
+    table written by a client that writes none (delta-rs) gets one here, and later commits go on from it."""
+    if snap.fields.complete and not store.log_file_exists(checksum_name(snap.version)):
+        info = snap.commit_info or {}
+        ict = info.get("inCommitTimestamp")
+        crc = checksum_of_state(snap.version, snap.protocol, snap.metadata, snap.files,
+                                snap.app_transaction_actions, snap.domain_metadata,
+                                ict if isinstance(ict, int) else None)  # fmt: skip
+        if snap.table_configuration.set_transaction_retention_ms is not None:
+            crc = dataclasses.replace(crc, set_transactions=None)
+        write_checksum(store, crc)
 
 
 def _point_to(table: TableContext, pointer: LastCheckpoint) -> None:

@@ -13,6 +13,7 @@ same code whatever is kept.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,11 +72,12 @@ class TableState:
 _CHECKPOINT_COLUMNS = (
     "add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar", "checkpointMetadata"
 )  # fmt: skip
+_SMALL_COLUMNS = ("metaData", "protocol", "txn", "domainMetadata", "sidecar", "checkpointMetadata")
 _SIDECAR_COLUMNS = ("add", "remove")
 _BATCH_ROWS = 65_536
 
 
-def _read_parquet(
+def _parquet_steps(
     acc: Actions,
     store: LogStore,
     path: str,
@@ -84,8 +86,11 @@ def _read_parquet(
     touched: pa.Array | None,
     *,
     sidecar: bool = False,
-) -> None:
-    """Stream one checkpoint Parquet file into ``acc``, batch by batch.
+    small_only: bool = False,
+) -> Iterator[None]:
+    """Stream one checkpoint Parquet file into ``acc``, batch by batch, yielding after each (with
+    ``small_only``, only the row groups that may hold one of the ``wanted`` small actions, as their
+    statistics tell).
 
     Files that a later commit touches are dropped per batch, so the whole checkpoint is never held twice:
     a checkpoint of millions of files costs about one copy of its live file list. A sidecar must have the
@@ -108,9 +113,14 @@ def _read_parquet(
         # A projected read decodes a few small columns: decoding threads gain nothing there (0.18-0.21 s
         # without them, 0.23-0.60 s with, for the paths of 1,000,000 adds) and each thread's allocator heap
         # keeps 10-15 MiB after it. A full read keeps them: its stats columns are worth decoding in parallel.
-        threads = acc.fields.complete
-        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=threads):
+        threads = acc.fields.complete and not small_only
+        groups = _row_groups_with_small_actions(pf, wanted) if small_only else None
+        if groups == []:
+            return
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=threads,
+                                     row_groups=groups):  # fmt: skip
             apply_checkpoint_batch(acc, batch, version, touched, path)
+            yield
     except CheckpointReadError:
         raise
     except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
@@ -130,6 +140,37 @@ def _projected_columns(schema: pa.Schema, wanted: tuple[str, ...], fields: FileF
         else:
             columns.extend(f"{name}.{f.name}" for f in type_ if f.name in kept)
     return columns
+
+
+# A required leaf of each small action: a row group whose statistics count it null on every row holds none.
+_REQUIRED_LEAF = {
+    "protocol": "protocol.minReaderVersion",
+    "metaData": "metaData.id",
+    "txn": "txn.appId",
+    "domainMetadata": "domainMetadata.domain",
+    "sidecar": "sidecar.path",
+    "checkpointMetadata": "checkpointMetadata.version",
+}
+
+
+def _row_groups_with_small_actions(pf: pq.ParquetFile, wanted: tuple[str, ...]) -> list[int] | None:
+    """Row groups that may hold one of the ``wanted`` actions (``None``: all of them). Writers put the
+    few small actions together (ours and Delta Spark's), so a checkpoint of millions of files is mostly
+    row groups of file actions only, skipped here without being read."""
+    md = pf.metadata
+    leaves = {_REQUIRED_LEAF[n] for n in wanted if n in _REQUIRED_LEAF and n in pf.schema_arrow.names}
+    columns = [i for i in range(md.num_columns) if md.schema.column(i).path in leaves]
+    if len(columns) != len(leaves):
+        return None
+    out = []
+    for rg in range(md.num_row_groups):
+        group = md.row_group(rg)
+        for i in columns:
+            stats = group.column(i).statistics
+            if stats is None or not stats.has_null_count or stats.null_count < group.num_rows:
+                out.append(rg)
+                break
+    return out
 
 
 def apply_checkpoint_batch(
@@ -180,15 +221,35 @@ def _check_utf8(actions: pa.StructArray, kind: str, path: str) -> None:
 
 
 def read_checkpoint(
-    acc: Actions, store: LogStore, segment: LogSegment, touched: pa.Array | None = None
+    acc: Actions,
+    store: LogStore,
+    segment: LogSegment,
+    touched: pa.Array | None = None,
+    *,
+    small_only: bool = False,
 ) -> None:
-    """Read the segment's checkpoint into ``acc``, leaving out files whose keys are in ``touched``.
+    """Read the segment's checkpoint into ``acc`` (see ``checkpoint_steps``)."""
+    for _ in checkpoint_steps(acc, store, segment, touched, small_only=small_only):
+        pass
+
+
+def checkpoint_steps(
+    acc: Actions,
+    store: LogStore,
+    segment: LogSegment,
+    touched: pa.Array | None = None,
+    *,
+    small_only: bool = False,
+) -> Iterator[None]:
+    """Read the segment's checkpoint into ``acc``, leaving out files whose keys are in ``touched``,
+    yielding after each batch (a caller may take ``acc.adds`` away there: a streamed file list).
 
     A checkpoint is used only when it is complete and valid (``CheckpointReadError`` otherwise, and the
     reader falls back to an older checkpoint or the JSON commits): every file readable, exactly one
     protocol and one metaData, and for a V2 checkpoint exactly one ``checkpointMetadata`` of its own version
     and every sidecar present with the checkpoint schema ("V2 Checkpoint", "Sidecar Files"). A file that
-    is not what it claims is never read as "no actions".
+    is not what it claims is never read as "no actions". With ``small_only`` the file actions are left
+    out (no ``add``/``remove`` column, no sidecar is read): what a snapshot needs before its file list.
     """
     cp = segment.checkpoint
     if cp is None:
@@ -197,8 +258,10 @@ def read_checkpoint(
         path = store.log_file(f.name)
         if f.name.endswith(".json"):
             _read_json_checkpoint(acc, store, path, f.name, cp.version, touched)
+            yield
         else:
-            _read_parquet(acc, store, path, _CHECKPOINT_COLUMNS, cp.version, touched)
+            wanted = _SMALL_COLUMNS if small_only else _CHECKPOINT_COLUMNS
+            yield from _parquet_steps(acc, store, path, wanted, cp.version, touched, small_only=small_only)
     where = f"checkpoint {', '.join(store.log_file(n) for n in cp.names)}"
     if acc.protocol is None or acc.metadata is None:
         missing = " and ".join(
@@ -206,10 +269,13 @@ def read_checkpoint(
         )
         raise CheckpointReadError(f"{where} holds no {missing} action: it is not a complete checkpoint")
     _check_checkpoint_metadata(acc, cp.kind == "v2", cp.version, where)
+    if small_only:
+        acc.sidecars.clear()
+        return
     # V2 checkpoints keep their file actions in sidecar files ("V2 Checkpoint", "Sidecar Files").
     for rel in acc.sidecars:
         path = store.log_file(posixpath.join("_sidecars", rel)) if "/" not in rel else _resolve(store, rel)
-        _read_parquet(acc, store, path, _SIDECAR_COLUMNS, cp.version, touched, sidecar=True)
+        yield from _parquet_steps(acc, store, path, _SIDECAR_COLUMNS, cp.version, touched, sidecar=True)
     acc.sidecars.clear()
 
 
@@ -282,7 +348,8 @@ def reconciliation_keys(table: pa.Table) -> pa.Array:
     return pc.if_else(dv.is_valid(), pc.binary_join_element_wise(paths, dv_id, _KEY_SEP), paths)
 
 
-def _concat(tables: list[pa.Table], target: pa.StructType, *, versioned: bool = True) -> pa.Table:
+def concat_file_actions(tables: list[pa.Table], target: pa.StructType, *, versioned: bool = True) -> pa.Table:
+    """One table of file actions (with their ``_version`` unless not ``versioned``), empty when none."""
     tables = [t for t in tables if t.num_rows]
     if not tables:
         fields = list(target) + ([pa.field("_version", pa.int64())] if versioned else [])
@@ -372,8 +439,10 @@ def _merge(base: Actions, new: Actions, commit_adds: pa.Table, commit_removes: p
             raise CorruptLogError(f"invalid metaData: {exc}", path=path, line=line) from None
     win_adds, win_removes = reconcile(commit_adds, commit_removes)
     fields = base.fields
-    files = _concat([*base.adds, win_adds.drop_columns(["_version"])], fields.add_type, versioned=False)
-    tombstones = _concat(
+    files = concat_file_actions(
+        [*base.adds, win_adds.drop_columns(["_version"])], fields.add_type, versioned=False
+    )
+    tombstones = concat_file_actions(
         [*base.removes, win_removes.drop_columns(["_version"])], fields.remove_type, versioned=False
     )
     domains = {**base.domains, **new.domains}
@@ -390,17 +459,22 @@ def _merge(base: Actions, new: Actions, commit_adds: pa.Table, commit_removes: p
 
 
 def replay(
-    store: LogStore, segment: LogSegment, commit_data: list[bytes], fields: FileFields = ALL_FILE_FIELDS
+    store: LogStore,
+    segment: LogSegment,
+    commit_data: list[bytes],
+    fields: FileFields = ALL_FILE_FIELDS,
+    cover: Sequence[FileMeta] | None = None,
 ) -> TableState:
-    """Reconstruct the state of ``segment``; ``commit_data`` holds its commit files' bytes, in order.
+    """Reconstruct the state of ``segment``; ``commit_data`` holds the bytes of its commit files, in order,
+    or of ``cover`` when given (``LogSegment.commit_cover``: log compactions in place of their commits).
 
     The commits are read first (they are small): the keys they touch let the checkpoint be streamed and
     filtered as it is read, as delta-kernel-rs does, instead of being materialised and filtered after.
     Only the file-action ``fields`` asked for are read and kept.
     """
-    new = _parse_commits(store, segment.commits, commit_data, fields)
-    commit_adds = _concat(new.adds, fields.add_type)
-    commit_removes = _concat(new.removes, fields.remove_type)
+    new = _parse_commits(store, tuple(segment.commits if cover is None else cover), commit_data, fields)
+    commit_adds = concat_file_actions(new.adds, fields.add_type)
+    commit_removes = concat_file_actions(new.removes, fields.remove_type)
     base = Actions(fields=fields)
     read_checkpoint(base, store, segment, _touched(commit_adds, commit_removes))
     if new.metadata is None and base.metadata is not None:
@@ -421,8 +495,8 @@ def apply_commits(
     the same file-action fields are kept as in ``state``."""
     fields = state.fields
     new = _parse_commits(store, commits, commit_data, fields)
-    commit_adds = _concat(new.adds, fields.add_type)
-    commit_removes = _concat(new.removes, fields.remove_type)
+    commit_adds = concat_file_actions(new.adds, fields.add_type)
+    commit_removes = concat_file_actions(new.removes, fields.remove_type)
     touched = _touched(commit_adds, commit_removes)
     drop = (lambda t: t) if touched is None else (lambda t: _drop_keys(t, touched))
     base = Actions(
@@ -443,3 +517,32 @@ def apply_commits(
 
 def _commit_version(f: FileMeta) -> int:
     return int(f.name.split(".", 1)[0])
+
+
+def stream_live_files(
+    store: LogStore,
+    segment: LogSegment,
+    commit_data: list[bytes],
+    cover: Sequence[FileMeta],
+    fields: FileFields,
+    keep: Callable[[pa.Table], pa.Table],
+) -> Iterator[pa.Table]:
+    """The live files of ``segment`` as a stream of tables, each already cut down by ``keep`` (a filter of
+    the rows a caller wants): the checkpoint is read batch by batch and only what ``keep`` keeps is ever
+    held, so a filtered scan of a table of millions of files holds its matches, not the table. Tombstones
+    are not kept. The same reconciliation as ``replay``: the commits (``cover``, with ``commit_data``) are
+    read first, and their keys dropped from the checkpoint's rows as they stream by.
+    ``CheckpointReadError`` may come after some tables were yielded: a caller falls back to ``replay``."""
+    new = _parse_commits(store, tuple(cover), commit_data, fields)
+    commit_adds = concat_file_actions(new.adds, fields.add_type)
+    commit_removes = concat_file_actions(new.removes, fields.remove_type)
+    acc = Actions(fields=fields)
+    for _ in checkpoint_steps(acc, store, segment, _touched(commit_adds, commit_removes)):
+        for table in acc.adds:
+            if (kept := keep(table)).num_rows:
+                yield kept
+        acc.adds.clear()
+        acc.removes.clear()
+    win_adds, _ = reconcile(commit_adds, commit_removes)
+    if (kept := keep(win_adds.drop_columns(["_version"]))).num_rows:
+        yield kept

@@ -1,16 +1,24 @@
 """An immutable snapshot: the state of a table at one version ("Delta Table Specification").
 
-Built from a log segment by replay. If the segment's checkpoint proves unreadable (truncated, half
-written), the snapshot is rebuilt from an older checkpoint or the JSON commits, as readers must survive
-a checkpoint that a crashed writer left behind.
+A snapshot is cheap: its log segment, protocol, metadata, app transactions and domain metadata, read from
+the newest version checksum (``NNN.crc``) and the commits after it, or when there is none, from the
+checkpoint's small-action columns (row groups of file actions skipped by their statistics) and the commits
+after it. The file list (``files``, ``tombstones``) is replayed only when a caller asks for it, as
+delta-kernel-rs builds a snapshot (``kernel/src/snapshot/``): a blind append, an app-transaction look-up,
+a sensor's poke or the history never pays for millions of live files.
+
+If the segment's checkpoint proves unreadable (truncated, half written), the snapshot is rebuilt from an
+older checkpoint or the JSON commits, as readers must survive a checkpoint that a crashed writer left
+behind. A checksum that is malformed, older than its commit, or that disagrees with the replayed state is
+ignored with a warning naming it (``validate_checksum`` raises instead).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -20,16 +28,35 @@ import pyarrow.compute as pc
 from ..actions.actions import ALL_FILE_FIELDS, DomainMetadata, FileFields, Metadata, Protocol, SetTransaction
 from ..actions.commit_info import VACUUM_END, vacuum_cutoff
 from ..base.arrow_utils import int64_scalar
-from ..base.errors import CorruptLogError, VersionNotFoundError
+from ..base.errors import ChecksumError, CorruptLogError, StaleSnapshotError, VersionNotFoundError
 from ..features.configuration import TableConfiguration
 from ..features.protocol import check_read_supported
+from ..files.commit_json import Actions
 from ..files.segment import LogSegment, SegmentBuilder, commit_name, commit_version, group_checkpoints
 from ..files.storage import FileMeta, LogStore
+from ..files.version_checksum import (
+    CommitEffect,
+    VersionChecksum,
+    advance,
+    checksum_of_state,
+    checksum_version,
+    commit_effect,
+    parse_checksum,
+)
 from ..schema.partition_values import typed_partition_values
 from ..schema.schema import delta_schema_to_arrow
 from ..schema.stats import typed_file_stats
 from .history import read_commit_info
-from .replay import CheckpointReadError, TableState, apply_commits, replay
+from .replay import (
+    CheckpointReadError,
+    TableState,
+    apply_commits,
+    check_metadata,
+    concat_file_actions,
+    read_checkpoint,
+    replay,
+    stream_live_files,
+)
 
 log = logging.getLogger(__name__)
 _MAX_CHECKPOINT_FALLBACKS = 5
@@ -40,11 +67,14 @@ _TRANSIENT = (ConnectionError, TimeoutError)
 
 @dataclass(frozen=True, eq=False)
 class Snapshot:
-    """The table at ``version``. ``files`` has one row per live AddFile; paths are decoded.
+    """The table at ``version``. ``files`` has one row per live AddFile (paths decoded), replayed on first
+    use; everything else is known without it.
 
     ``fields`` are the add/remove fields ``files`` and ``tombstones`` hold (all, unless the snapshot was
     loaded for a caller that needs fewer); ``keep_expired_tombstones`` says whether tombstones past the
-    table's retention were kept. Updates of the snapshot keep both.
+    table's retention were kept. Updates of the snapshot keep both. ``checksum`` is this version's
+    checksum as read or carried forward from an older one (its ``totals`` ``None`` when a commit in
+    between could not be counted); ``None`` when the log offered none to start from.
     """
 
     store: LogStore
@@ -53,17 +83,19 @@ class Snapshot:
     timestamp: int
     protocol: Protocol
     metadata: Metadata
-    files: pa.Table
-    tombstones: pa.Table
     app_transaction_actions: dict[str, SetTransaction]
     domain_metadata: dict[str, DomainMetadata]
-    commit_info: dict[str, Any] | None
     fields: FileFields = ALL_FILE_FIELDS
     keep_expired_tombstones: bool = False
-    # A VACUUM START among the commits this snapshot read, with no VACUUM END after it: its version, and the
-    # modification time below which it may be deleting unreferenced files (``commit_info.vacuum_cutoff``).
-    vacuum_started: int | None = None
-    vacuum_cutoff: int | None = None
+    checksum: VersionChecksum | None = None
+    now_ms: int = 0
+    # Commits whose bytes or commitInfo were read while the snapshot was built (by version): the file
+    # list's replay and the VACUUM check do not read them again.
+    known_commits: Mapping[int, bytes] = field(default_factory=dict, repr=False)
+    commit_infos: Mapping[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    # The reconciled state when the snapshot was built from one (an update of a snapshot whose files
+    # were read): ``files`` comes from it instead of a replay.
+    built_state: TableState | None = field(default=None, repr=False)
 
     @property
     def app_transactions(self) -> dict[str, int]:
@@ -88,9 +120,118 @@ class Snapshot:
         """The table schema as Arrow (logical names)."""
         return delta_schema_to_arrow(self.metadata.schema)
 
+    # -- the file list, replayed on first use ------------------------------------------------------------
+    @property
+    def files_loaded(self) -> bool:
+        """Whether the file list is in memory (asking for ``files`` then costs nothing)."""
+        return self.built_state is not None or "_replayed" in self.__dict__
+
+    @cached_property
+    def _replayed(self) -> TableState:
+        if self.built_state is not None:
+            return self.built_state
+        try:
+            _, state = replay_version(self.store, self.version, self.fields, self.known_commits)
+        except VersionNotFoundError as exc:
+            # Log cleanup removed what this version is made of since the snapshot was taken (a task that
+            # stayed open past delta.logRetentionDuration): the snapshot is stale, as for a commit.
+            raise StaleSnapshotError(
+                f"the file list of {self.store.uri} at version {self.version} cannot be read any more: log "
+                f"cleanup removed the files it is made of since this snapshot was taken ({exc}); nothing "
+                "was written: re-read the table and run the operation again",
+                read_version=self.version,
+                latest_version=exc.latest,
+            ) from exc
+        if self.checksum_disagreement(state):
+            log.warning(
+                "the version checksum %s disagrees with the log of %s at version %d (%s)",
+                self.checksum_source or "carried from an older checksum",
+                self.store.uri,
+                self.version,
+                ", ".join(self.checksum_disagreement(state)),
+            )
+        return state
+
+    @property
+    def files(self) -> pa.Table:
+        return self._replayed.files
+
+    @cached_property
+    def tombstones(self) -> pa.Table:
+        tombstones = self._replayed.tombstones
+        if tombstones.num_rows and not self.keep_expired_tombstones:
+            # A tombstone expires once its deletion timestamp falls out of the retention window ("Add File
+            # and Remove File"); a missing timestamp counts as 0, i.e. expired, as in Delta Spark.
+            retention = self.table_configuration.deleted_file_retention_ms
+            ts = pc.fill_null(tombstones.column("deletionTimestamp"), int64_scalar(0))
+            tombstones = tombstones.filter(pc.greater(ts, int64_scalar(self.now_ms - retention)))
+        return tombstones
+
+    def checksum_disagreement(self, state: TableState | None = None) -> list[str]:
+        """The fields in which the checksum this snapshot started from disagrees with the replayed log
+        (``state``, else the file list's); empty when they agree or there was no checksum."""
+        crc = self.checksum
+        state = state or self._replayed
+        if crc is None or state.protocol is None or state.metadata is None:
+            return []
+        if "size" not in state.files.column_names:  # a projected replay: only what it has is compared
+            pairs = (("protocol", crc.protocol, state.protocol), ("metadata", crc.metadata, state.metadata))
+            return [name for name, mine, theirs in pairs if mine != theirs]
+        found = checksum_of_state(self.version, state.protocol, state.metadata, state.files, state.txns,
+                                  state.domains, crc.in_commit_timestamp)  # fmt: skip
+        return crc.mismatches(found)
+
+    @property
+    def checksum_source(self) -> str | None:
+        """The checksum file this snapshot's small state started from, if any."""
+        f = self.segment.checksum
+        return self.store.log_file(f.name) if f is not None and self.checksum is not None else None
+
     @property
     def num_files(self) -> int:
+        """Live files: from the checksum when it counts them, else from the file list."""
+        if not self.files_loaded and self.checksum is not None and self.checksum.totals is not None:
+            return self.checksum.totals.num_files
         return self.files.num_rows
+
+    @property
+    def table_size_bytes(self) -> int:
+        """Bytes of live files: from the checksum when it counts them, else from the file list."""
+        if not self.files_loaded and self.checksum is not None and self.checksum.totals is not None:
+            return self.checksum.totals.table_size_bytes
+        return int(pc.sum(self.files.column("size")).as_py() or 0)
+
+    def filtered_files(self, keep: Callable[[pa.Table], pa.Table]) -> tuple[pa.Table, int]:
+        """The live files ``keep`` keeps (a function cutting a table of ``files`` rows down to the wanted
+        ones), and how many live files it was given. When the file list is not in memory it is streamed:
+        the checkpoint batch by batch, each cut down as it is read, so a filtered scan of a table of
+        millions of files holds only its matches (delta-kernel-rs's scan over log replay)."""
+        if not self.files_loaded:
+            try:
+                return self._streamed(keep)
+            except (CheckpointReadError, FileNotFoundError) as exc:
+                # A broken checkpoint or one deleted under the reader: the whole replay, with its fallbacks.
+                log.info("streaming the file list of %s failed (%s); replaying it whole", self.store.uri, exc)
+        files = self.files
+        return keep(files), files.num_rows
+
+    def _streamed(self, keep: Callable[[pa.Table], pa.Table]) -> tuple[pa.Table, int]:
+        seen = 0
+
+        def counted(table: pa.Table) -> pa.Table:
+            nonlocal seen
+            seen += table.num_rows
+            return keep(table)
+
+        cover = [f for _, f in self.segment.commit_cover()]
+        known = self.known_commits
+        names = [f.name for f in cover if commit_version(f.name) not in known]
+        read = dict(zip(names, self.store.read_log_files(names), strict=True)) if names else {}
+        datas = [known.get(commit_version(f.name)) or read[f.name] for f in cover]  # type: ignore[index]
+        tables = list(stream_live_files(self.store, self.segment, datas, cover, self.fields, counted))
+        if not tables:
+            return concat_file_actions([], self.fields.add_type, versioned=False), seen
+        return (pa.concat_tables(tables) if len(tables) > 1 else tables[0]), seen
 
     def file_paths(self) -> list[str]:
         """Decoded paths of live files, relative to the table root unless absolute in the log."""
@@ -104,8 +245,48 @@ class Snapshot:
         """Per-file statistics of ``files`` parsed into typed structs ("Per-file Statistics")."""
         return typed_file_stats(self.table_configuration.stats_schema, self.files)
 
+    # -- commit information, read on first use -----------------------------------------------------------
+    @cached_property
+    def commit_info(self) -> dict[str, Any] | None:
+        """The ``commitInfo`` of this version's commit (``None`` when it has none or was cleaned up)."""
+        if self.version in self.commit_infos:
+            return self.commit_infos[self.version]
+        return _commit_info_of(self.store, self.version)
+
+    @cached_property
+    def _vacuum(self) -> dict[str, int | None]:
+        infos = dict(self.commit_infos)
+        missing = [f for f in self.segment.commits if commit_version(f.name) not in infos]
+        for f in missing:
+            v = commit_version(f.name)
+            assert v is not None
+            try:
+                info = read_commit_info(self.store, v)
+            except FileNotFoundError:
+                # Log cleanup deleted it (it deletes only below a newer checkpoint, and no checkpoint is
+                # written past an unfinished VACUUM START): a writer from this snapshot is stale, and
+                # checks the VACUUM state again on the latest snapshot when it rebases.
+                continue
+            if info is not None:
+                infos[v] = info
+        first = self.segment.commits[0].name if self.segment.commits else None
+        wanted = {v: i for v, i in infos.items() if first is not None and v >= int(first[:20])}
+        return _vacuum_in_progress((None, None), wanted)
+
+    @property
+    def vacuum_started(self) -> int | None:
+        """A VACUUM START among this segment's commits with no VACUUM END after it: its version."""
+        return self._vacuum["vacuum_started"]
+
+    @property
+    def vacuum_cutoff(self) -> int | None:
+        """That VACUUM's cut-off: the modification time below which it may be deleting unreferenced files
+        (``commit_info.vacuum_cutoff``)."""
+        return self._vacuum["vacuum_cutoff"]
+
     def state(self) -> TableState:
         """The reconciled state behind this snapshot (what checkpoints are written from)."""
+        info = self.commit_info
         return TableState(
             self.protocol,
             self.metadata,
@@ -113,14 +294,15 @@ class Snapshot:
             self.domain_metadata,
             self.files,
             self.tombstones,
-            {} if self.commit_info is None else {self.version: self.commit_info},
+            {} if info is None else {self.version: info},
             self.fields,
         )
 
     def __repr__(self) -> str:
-        return f"Snapshot(uri={self.store.uri!r}, version={self.version}, files={self.num_files})"
+        return f"Snapshot(uri={self.store.uri!r}, version={self.version})"
 
 
+# -- loading ----------------------------------------------------------------------------------------------
 def load_snapshot(
     store: LogStore,
     version: int | None = None,
@@ -129,14 +311,40 @@ def load_snapshot(
     fields: FileFields = ALL_FILE_FIELDS,
     keep_expired_tombstones: bool = False,
 ) -> Snapshot:
-    """Build the snapshot at ``version`` (latest when ``None``).
+    """The snapshot at ``version`` (latest when ``None``), without its file list.
 
     :param now_ms: the current time, against which tombstones and app transactions expire.
-    :param fields: the add/remove fields to read and keep (all by default); callers that need only a few
-        (VACUUM) save reading and holding the rest, ``stats`` above all.
+    :param fields: the add/remove fields to read and keep when the file list is replayed (all by
+        default); callers that need only a few (VACUUM) save reading and holding the rest, ``stats``.
     :param keep_expired_tombstones: keep every tombstone, also those past the table's
         ``delta.deletedFileRetentionDuration`` (VACUUM applies a retention of its own).
     """
+    segment, small = _with_fallbacks(store, version, lambda s: _read_small_state(store, s))
+    return _snapshot(store, segment, small, now_ms, fields, keep_expired_tombstones)
+
+
+def replay_version(
+    store: LogStore,
+    version: int,
+    fields: FileFields = ALL_FILE_FIELDS,
+    known: Mapping[int, bytes] | None = None,
+) -> tuple[LogSegment, TableState]:
+    """The reconciled state of ``version`` (its file list): the segment replayed, with the fallbacks."""
+    known = known or {}
+
+    def full(segment: LogSegment) -> TableState:
+        cover = [f for _, f in segment.commit_cover()]
+        names = [f.name for f in cover if commit_version(f.name) not in known]
+        read = dict(zip(names, store.read_log_files(names), strict=True)) if names else {}
+        datas = [known.get(commit_version(f.name), read.get(f.name)) for f in cover]  # type: ignore[arg-type]
+        return replay(store, segment, datas, fields, cover)  # type: ignore[arg-type]
+
+    return _with_fallbacks(store, version, full)
+
+
+def _with_fallbacks(store: LogStore, version: int | None, read: Any) -> tuple[LogSegment, Any]:
+    """``read(segment)`` of the segment of ``version``, listing again when log cleanup deleted a file
+    under the reader, and falling back to an older checkpoint when one cannot be read."""
     builder = SegmentBuilder(store)
     excluded: set[int | tuple[str, ...]] = set()
     broken: list[CheckpointReadError] = []
@@ -144,8 +352,7 @@ def load_snapshot(
     while True:
         try:
             segment = builder.build(version, frozenset(excluded))
-            commit_data = store.read_log_files(f.name for f in segment.commits)
-            state = replay(store, segment, commit_data, fields)
+            return segment, read(segment)
         except FileNotFoundError as exc:
             # Log cleanup deleted a file between the listing and the read: list again, the newer
             # checkpoint it keeps is then found ("Metadata Cleanup" deletes only below a checkpoint).
@@ -179,7 +386,193 @@ def load_snapshot(
                 f"{broken[-1]}, and the commits before it were cleaned up, so there is nothing to fall back "
                 "to"
             ) from exc
-        return _from_state(store, segment, state, now_ms, keep_expired_tombstones, (None, None))
+
+
+@dataclass
+class _SmallState:
+    """What a snapshot holds before its file list: the small actions, and where they were read."""
+
+    protocol: Protocol | None
+    metadata: Metadata | None
+    txns: dict[str, SetTransaction]
+    domains: dict[str, DomainMetadata]
+    checksum: VersionChecksum | None
+    known: dict[int, bytes]
+    commit_infos: dict[int, dict[str, Any]]
+    metadata_origin: tuple[str, int | None] | None = None
+    metadata_checked: bool = True
+
+    def check_metadata(self) -> None:
+        """Only the metaData that wins is checked, as only it is used, at the file and line it came from."""
+        if self.metadata is not None and not self.metadata_checked:
+            try:
+                check_metadata(self.metadata)
+            except ValueError as exc:
+                path, line = self.metadata_origin or (None, None)
+                raise CorruptLogError(f"invalid metaData: {exc}", path=path, line=line) from None
+            self.metadata_checked = True
+
+
+def _read_small_state(store: LogStore, segment: LogSegment) -> _SmallState:
+    """The segment's small actions: from its newest checksum and the commits after it, else from the
+    checkpoint's small-action columns and the commits after it."""
+    crc = read_usable_checksum(store, segment)
+    if crc is not None:  # the commits after it, one by one (the checksum is carried over each)
+        versions = [(commit_version(f.name), f) for f in segment.commits]
+        tail = [(v, f) for v, f in versions if v is not None and v > crc.version]
+    else:  # after the checkpoint, log compactions in place of the commits they cover
+        tail = segment.commit_cover()
+    datas = store.read_log_files(f.name for _, f in tail)
+    effects = [
+        commit_effect(v, data, store.log_file(f.name)) for (v, f), data in zip(tail, datas, strict=True)
+    ]
+    if crc is not None:
+        base = Actions(protocol=crc.protocol, metadata=crc.metadata, txns=dict(crc.set_transactions or {}),
+                       domains=dict(crc.domain_metadata or {}))  # fmt: skip
+    else:
+        base = Actions()
+        read_checkpoint(base, store, segment, small_only=True)
+        if base.metadata is not None and not any(e.actions.metadata for e in effects):
+            try:
+                check_metadata(base.metadata)
+            except ValueError as exc:
+                where = base.metadata_origin[0] if base.metadata_origin else "checkpoint"
+                raise CheckpointReadError(f"invalid metaData in {where}: {exc}") from None
+    small = _SmallState(base.protocol, base.metadata, dict(base.txns),
+                        {k: v for k, v in base.domains.items() if not v.removed}, crc,
+                        {}, {}, base.metadata_origin)  # fmt: skip
+    for (_, f), data, effect in zip(tail, datas, effects, strict=True):
+        _apply_effect(small, effect, data if commit_version(f.name) is not None else None)
+    return small
+
+
+def _apply_effect(small: _SmallState, effect: CommitEffect, data: bytes | None) -> None:
+    """Apply one commit (``data``: its bytes, kept for the file list's replay) or one log compaction
+    (``data`` None: not a commit, and no checksum goes on over it)."""
+    acc = effect.actions
+    if acc.metadata is not None:
+        small.metadata, small.metadata_origin = acc.metadata, acc.metadata_origin
+        small.metadata_checked = False
+    small.protocol = acc.protocol or small.protocol
+    small.txns.update(acc.txns)
+    for name, d in acc.domains.items():
+        if d.removed:
+            small.domains.pop(name, None)
+        else:
+            small.domains[name] = d
+    if data is None:
+        small.checksum = None
+        return
+    if effect.commit_info is not None:
+        small.commit_infos[effect.version] = effect.commit_info
+    small.known[effect.version] = data
+    if small.checksum is not None:
+        small.checksum = advance(small.checksum, effect)
+
+
+def read_usable_checksum(store: LogStore, segment: LogSegment) -> VersionChecksum | None:
+    """The segment's newest checksum when a reader can start from it: well formed, not older than its
+    commit, naming every ``txn`` and domain, with metadata a reader can use. Otherwise ``None``, with a
+    warning naming the file when it is there but not usable."""
+    f = segment.checksum
+    if f is None:
+        return None
+    version = checksum_version(f.name)
+    assert version is not None
+    where = store.log_file(f.name)
+    own = next((c for c in segment.commits if commit_version(c.name) == version), None)
+    if own is not None and f.modification_time < own.modification_time:
+        log.warning("ignoring %s: it is older than its commit, so it was not written for it", where)
+        return None
+    try:
+        crc = parse_checksum(store.read_log_file(f.name), version, where)
+        check_metadata(crc.metadata)
+    except FileNotFoundError:
+        return None
+    except ChecksumError as exc:
+        log.warning("ignoring %s", exc)
+        return None
+    except ValueError as exc:
+        log.warning("ignoring %s: invalid metadata: %s", where, exc)
+        return None
+    except OSError as exc:
+        log.warning("cannot read %s (%s); reading the log instead", where, exc)
+        return None
+    if not crc.complete:
+        return None  # it leaves out app transactions or domains: the log has them
+    return crc
+
+
+def _snapshot(
+    store: LogStore,
+    segment: LogSegment,
+    small: _SmallState,
+    now_ms: int | None,
+    fields: FileFields,
+    keep_expired_tombstones: bool,
+    built_state: TableState | None = None,
+) -> Snapshot:
+    small.check_metadata()
+    where = f"table {store.uri} at version {segment.version}"
+    if small.protocol is None:
+        raise CorruptLogError(f"{where} has no protocol action", path=store.log_path)
+    check_read_supported(small.protocol, where=where)
+    if small.metadata is None:
+        raise CorruptLogError(f"{where} has no metaData action", path=store.log_path)
+    config = TableConfiguration(small.protocol, small.metadata)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    txns = small.txns
+    txn_retention = config.set_transaction_retention_ms
+    if txn_retention is not None:
+        # delta.setTransactionRetentionDuration: a txn last updated before the window is forgotten, as in
+        # Delta Spark and delta-kernel-rs; one without lastUpdated never expires.
+        oldest = now - txn_retention
+        txns = {k: t for k, t in txns.items() if t.last_updated is None or t.last_updated > oldest}
+    crc = small.checksum
+    snap = Snapshot(
+        store=store,
+        segment=segment,
+        version=segment.version,
+        timestamp=_version_timestamp(store, segment, config, small.commit_infos.get(segment.version), crc),
+        protocol=small.protocol,
+        metadata=small.metadata,
+        app_transaction_actions=txns,
+        domain_metadata=small.domains,
+        fields=fields,
+        keep_expired_tombstones=keep_expired_tombstones,
+        checksum=crc if crc is not None and crc.version == segment.version else None,
+        now_ms=now,
+        known_commits=small.known,
+        commit_infos=small.commit_infos,
+        built_state=built_state,
+    )
+    object.__setattr__(snap, "table_configuration", config)  # read once per version
+    return snap
+
+
+def validate_checksum(snap: Snapshot) -> VersionChecksum:
+    """Compare the checksum file of ``snap``'s version with the state its log replays to ("State
+    Validation"): the checksum when they agree, ``ChecksumError`` naming the file and the fields that
+    differ when they do not, or when there is no checksum file of that version or it cannot be read."""
+    store = snap.store
+    name = f"{snap.version:020d}.crc"
+    where = store.log_file(name)
+    try:
+        data = store.read_log_file(name)
+    except FileNotFoundError:
+        raise ChecksumError(
+            f"version {snap.version} of {store.uri} has no checksum file", path=where
+        ) from None
+    crc = parse_checksum(data, snap.version, where)
+    segment, state = replay_version(store, snap.version, ALL_FILE_FIELDS, snap.known_commits)
+    assert state.protocol is not None and state.metadata is not None
+    found = checksum_of_state(snap.version, state.protocol, state.metadata, state.files, state.txns,
+                              state.domains, crc.in_commit_timestamp)  # fmt: skip
+    if wrong := crc.mismatches(found):
+        raise ChecksumError(
+            f"the checksum of version {snap.version} disagrees with the log on {', '.join(wrong)}", path=where
+        )
+    return crc
 
 
 def _relist(store: LogStore, relists: int, exc: Exception) -> int:
@@ -240,71 +633,59 @@ def extend_snapshot(
 ) -> Snapshot:
     """``snap`` with the commits right after it applied, given their listing entries and contents: the
     incremental step of ``update_snapshot``, also taken by a transaction that has just read and written
-    those commits, so that the next snapshot need not read them again."""
+    those commits, so that the next snapshot need not read them again. The file list is carried forward
+    when ``snap`` had it in memory, else left to be replayed when asked for."""
     expected = list(range(snap.version + 1, snap.version + 1 + len(commits)))
     if [commit_version(f.name) for f in commits] != expected:
         raise ValueError(f"commits after version {snap.version} must follow it without a gap")
-    state = apply_commits(snap.state(), snap.store, tuple(commits), list(datas))
+    store = snap.store
+    # Commits' bytes are kept for a file list still to be replayed; one carried forward needs none.
+    known = {} if snap.files_loaded else dict(snap.known_commits)
+    small = _SmallState(
+        snap.protocol, snap.metadata, dict(snap.app_transaction_actions), dict(snap.domain_metadata),
+        snap.checksum, known, dict(snap.commit_infos),
+    )  # fmt: skip
+    for f, data in zip(commits, datas, strict=True):
+        v = commit_version(f.name)
+        assert v is not None
+        _apply_effect(small, commit_effect(v, data, store.log_file(f.name)), data)
+    if snap.files_loaded:
+        small.known.clear()
+    built = None
+    if snap.files_loaded:
+        built = apply_commits(snap._replayed, store, tuple(commits), list(datas))
     segment = LogSegment(
-        snap.version + len(commits), snap.segment.checkpoint, snap.segment.commits + tuple(commits)
+        snap.version + len(commits),
+        snap.segment.checkpoint,
+        snap.segment.commits + tuple(commits),
+        snap.segment.checksum,
     )
-    vacuum = (snap.vacuum_started, snap.vacuum_cutoff)
-    return _from_state(snap.store, segment, state, now_ms, snap.keep_expired_tombstones, vacuum)
+    return _snapshot(store, segment, small, now_ms, snap.fields, snap.keep_expired_tombstones, built)
+
+
+def after_commit_checksum(snap: Snapshot) -> VersionChecksum | None:
+    """The checksum of ``snap``'s version for a writer that just committed it: carried forward from an
+    older checksum when every commit since could be counted, else computed from the file list when that
+    is in memory anyway; ``None`` when neither (a replay only for a checksum would cost every commit
+    what the checksum saves readers). With ``delta.setTransactionRetentionDuration`` set, app
+    transactions are left out: which have expired depends on when the file is read."""
+    crc = snap.checksum
+    if (crc is None or crc.totals is None) and snap.files_loaded and snap.fields.complete:
+        state = snap._replayed
+        info = snap.commit_info or {}
+        crc = checksum_of_state(
+            snap.version, snap.protocol, snap.metadata, state.files, state.txns, state.domains,
+            info.get("inCommitTimestamp") if isinstance(info.get("inCommitTimestamp"), int) else None,
+        )  # fmt: skip
+    if crc is None or crc.totals is None:
+        return None
+    if snap.table_configuration.set_transaction_retention_ms is not None:
+        crc = replace(crc, set_transactions=None)
+    return crc
 
 
 def _same_file(a: FileMeta, b: FileMeta) -> bool:
     return a.size == b.size and a.modification_time == b.modification_time
-
-
-def _from_state(
-    store: LogStore,
-    segment: LogSegment,
-    state: TableState,
-    now_ms: int | None,
-    keep_expired_tombstones: bool,
-    vacuum_before: tuple[int | None, int | None],
-) -> Snapshot:
-    where = f"table {store.uri} at version {segment.version}"
-    if state.protocol is None:
-        raise CorruptLogError(f"{where} has no protocol action", path=store.log_path)
-    check_read_supported(state.protocol, where=where)
-    if state.metadata is None:
-        raise CorruptLogError(f"{where} has no metaData action", path=store.log_path)
-    config = TableConfiguration(state.protocol, state.metadata)
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    retention = config.deleted_file_retention_ms
-    tombstones = state.tombstones
-    if tombstones.num_rows and not keep_expired_tombstones:
-        # A tombstone expires once its deletion timestamp falls out of the retention window ("Add File and
-        # Remove File"); a missing timestamp counts as 0, i.e. expired, as in Delta Spark.
-        ts = pc.fill_null(tombstones.column("deletionTimestamp"), int64_scalar(0))
-        tombstones = tombstones.filter(pc.greater(ts, int64_scalar(now - retention)))
-    info = state.commit_infos.get(segment.version)
-    txns = state.txns
-    txn_retention = config.set_transaction_retention_ms
-    if txn_retention is not None:
-        # delta.setTransactionRetentionDuration: a txn last updated before the window is forgotten, as in
-        # Delta Spark and delta-kernel-rs; one without lastUpdated never expires.
-        oldest = now - txn_retention
-        txns = {k: t for k, t in txns.items() if t.last_updated is None or t.last_updated > oldest}
-    snap = Snapshot(
-        store=store,
-        segment=segment,
-        version=segment.version,
-        timestamp=_version_timestamp(store, segment, config, info),
-        protocol=state.protocol,
-        metadata=state.metadata,
-        files=state.files,
-        tombstones=tombstones,
-        app_transaction_actions=txns,
-        domain_metadata=state.domains,
-        commit_info=info,
-        fields=state.fields,
-        keep_expired_tombstones=keep_expired_tombstones,
-        **_vacuum_in_progress(vacuum_before, state.commit_infos),
-    )
-    object.__setattr__(snap, "table_configuration", config)  # read once per version
-    return snap
 
 
 def _vacuum_in_progress(
@@ -322,12 +703,20 @@ def _vacuum_in_progress(
 
 
 def _version_timestamp(
-    store: LogStore, segment: LogSegment, config: TableConfiguration, info: dict | None
+    store: LogStore,
+    segment: LogSegment,
+    config: TableConfiguration,
+    info: dict | None,
+    crc: VersionChecksum | None,
 ) -> int:
-    """In-commit timestamp when the table enables it at this version, else the commit file's mtime."""
+    """In-commit timestamp when the table enables it at this version (from the commit, else from the
+    checksum of this version), else the commit file's mtime."""
     enabled_from = config.in_commit_timestamps_from
     if enabled_from is not None and segment.version >= enabled_from:
-        if info is None and segment.checkpoint_version == segment.version:
+        crc_ict = crc.in_commit_timestamp if crc is not None and crc.version == segment.version else None
+        if info is None and crc_ict is not None:
+            return crc_ict
+        if info is None:
             info = _commit_info_of(store, segment.version)
         if info is not None and info.get("inCommitTimestamp") is not None:
             return int(info["inCommitTimestamp"])

@@ -5,6 +5,8 @@
 - the log: commit versions contiguous from the earliest retained one up to the snapshot's version;
 - checkpoints: the state a checkpoint holds equals the replay of an older checkpoint (or the first
   commit) plus the commits up to its version, whenever those still exist;
+- checksums: every version checksum left (writers are killed between their commit and its checksum, or
+  while writing it) agrees with the replay of its version, when its commits still exist;
 - storage: every live file exists; deltalake reads the same version and the same live files.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_delta.log import DeltaTable, VersionNotFoundError
+from airflow_provider_delta.log import ChecksumError, DeltaTable, VersionNotFoundError
 from airflow_provider_delta.log.files.segment import SegmentBuilder, commit_version, group_checkpoints
 from airflow_provider_delta.log.files.storage import LogStore
 from airflow_provider_delta.log.snapshot.replay import CheckpointReadError, TableState, replay
@@ -123,6 +125,7 @@ class Audit:
     missing_files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     checkpoints: Counter[str] = field(default_factory=Counter)
+    checksums: Counter[str] = field(default_factory=Counter)
 
     @property
     def clean(self) -> bool:
@@ -173,9 +176,25 @@ def audit_table(
         out.checkpoints[verdict] += 1
         if verdict == "mismatch":
             out.problems.append(f"checkpoint {version} differs from the replay: {detail}")
+    for name in sorted(f.name for f in store.list_log(out.earliest_commit) if f.name.endswith(".crc")):
+        verdict, detail = compare_checksum(table, int(name[:20]))
+        out.checksums[verdict] += 1
+        if verdict == "mismatch":
+            out.problems.append(f"checksum {name} disagrees with the log: {detail}")
     if delta is not None:
         out.problems += _deltalake_disagrees(delta, snap.version, set(snap.file_paths()))
     return out
+
+
+def compare_checksum(table: DeltaTable, version: int) -> tuple[str, str]:
+    """("agrees" | "mismatch" | "gone", detail): the checksum of ``version`` against its replayed state."""
+    try:
+        table.validate_checksum(version)
+    except ChecksumError as exc:
+        return ("gone", str(exc)) if "has no checksum file" in str(exc) else ("mismatch", str(exc))
+    except VersionNotFoundError as exc:  # log cleanup took the version since the listing
+        return "gone", str(exc)
+    return "agrees", ""
 
 
 def _stats_ranges(files: pa.Table, paths: set[str]) -> list[tuple[int, int, int, int]]:

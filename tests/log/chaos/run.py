@@ -98,6 +98,7 @@ class ChaosResult:
             f"checkpoints={e['checkpoint']} cleanups={e['cleanup']} vacuums={e['vacuum']}",
             f"compactions={e['compaction']} reads={e['read']} rewrites={e['rewrite']} races={e['race']}",
             f"checkpoint-checks=[inline {fmt(self.inline_checks)}; audit {fmt(a.checkpoints)}]",
+            f"checksum-checks={fmt(a.checksums)}",
             f"named-errors={fmt(self.named_errors)}",
             f"lost={len(a.lost)}(from-log:{len(a.lost_from_log)})",
             f"duplicated={len(a.duplicated)} missing={len(a.missing_files)}",
