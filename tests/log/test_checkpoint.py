@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import urllib.parse
+import zlib
 from pathlib import Path
 
 import deltalake
@@ -223,3 +224,50 @@ def test_interrupted_checkpoints_never_break_readers(tmp_path: Path):
     single = root / "_delta_log" / f"{12:020d}.checkpoint.parquet"
     single.write_bytes(single.read_bytes()[:100])
     assert state(DeltaTable(str(root)).snapshot()) == expected
+
+
+def test_multi_part_parts_follow_the_crc32_of_each_path(tmp_path: Path):
+    """Each file action lands in the part its path's CRC-32 names, the small actions in the first: two
+    writers of the same checkpoint write the same parts whatever order their file lists are in."""
+    t = build(tmp_path, commits=20)
+    t.checkpoint(parts=3)
+    parts = sorted((tmp_path / "t" / "_delta_log").glob(f"{20:020d}.checkpoint.*.parquet"))
+    assert len(parts) == 3
+    for i, part in enumerate(parts):
+        table = pq.read_table(part)
+        for row in table.to_pylist():
+            action = row["add"] or row["remove"]
+            if action is None:
+                assert i == 0, row  # protocol, metaData, txn
+            else:
+                assert zlib.crc32(action["path"].encode()) % 3 == i
+    read_back = DeltaTable(str(tmp_path / "t")).snapshot()
+    assert sorted(read_back.file_paths()) == sorted(t.snapshot().file_paths())
+
+
+@pytest.mark.parametrize("parts", [None, 2])
+@pytest.mark.parametrize("policy", ["classic", "v2"])
+def test_a_checkpoint_streams_from_the_previous_one(tmp_path: Path, monkeypatch, parts, policy):
+    """With a version checksum, a checkpoint is written from the previous checkpoint and the commits as
+    they stream by: the file list is never replayed whole, and what is written reads back as the log."""
+    v2 = {"delta.checkpointPolicy": "v2", "delta.feature.v2Checkpoint": "supported"}
+    config = v2 if policy == "v2" else {}
+    t = build(tmp_path, configuration=config, commits=12)
+    t.checkpoint(10)
+    expected = (sorted(t.snapshot().file_paths()), t.snapshot().app_transactions)
+    from airflow_provider_delta.log.snapshot import snapshot as snapshot_module
+
+    def no_whole_replay(*args, **kwargs):
+        raise AssertionError("the file list was replayed whole")
+
+    monkeypatch.setattr(snapshot_module, "replay_version", no_whole_replay)
+    cold = DeltaTable(str(tmp_path / "t"))
+    pointer = cold.checkpoint(parts=parts)
+    assert pointer.version == 12 and pointer.num_of_add_files == len(expected[0])
+    monkeypatch.undo()
+    snap = DeltaTable(str(tmp_path / "t")).snapshot()
+    assert snap.segment.checkpoint is not None and snap.segment.checkpoint.version == 12
+    assert (sorted(snap.file_paths()), snap.app_transactions) == expected
+    dt = deltalake.DeltaTable(str(tmp_path / "t"))
+    if policy == "classic":
+        assert sorted(dt.file_uris()) == sorted(str(tmp_path / "t" / p) for p in expected[0])

@@ -440,6 +440,37 @@ def _txn_id(info: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
+class TotalsBuilder:
+    """File totals gathered over pieces of a file list (a streamed one): ``add`` each, then ``totals``."""
+
+    def __init__(self) -> None:
+        self.num_files = 0
+        self.size = 0
+        self.counts = np.zeros(len(FILE_SIZE_BOUNDARIES), dtype=np.int64)
+        self.bytes = np.zeros(len(FILE_SIZE_BOUNDARIES), dtype=np.int64)
+        self.deleted = 0
+        self.vectors = 0
+        self.deleted_counts = np.zeros(len(_DELETED_RECORD_BOUNDARIES), dtype=np.int64)
+
+    def add(self, files: pa.Table) -> None:
+        part = totals_of_files(files)
+        assert part.histogram is not None and part.deleted_record_counts is not None
+        self.num_files += part.num_files
+        self.size += part.table_size_bytes
+        self.counts += np.asarray(part.histogram.file_counts, dtype=np.int64)
+        self.bytes += np.asarray(part.histogram.total_bytes, dtype=np.int64)
+        self.deleted += part.num_deleted_records or 0
+        self.vectors += part.num_deletion_vectors or 0
+        self.deleted_counts += np.asarray(part.deleted_record_counts, dtype=np.int64)
+
+    def totals(self) -> FileTotals:
+        histogram = FileSizeHistogram(
+            FILE_SIZE_BOUNDARIES, tuple(int(c) for c in self.counts), tuple(int(b) for b in self.bytes)
+        )
+        counts = tuple(int(c) for c in self.deleted_counts)
+        return FileTotals(self.num_files, self.size, histogram, self.deleted, self.vectors, counts)
+
+
 def totals_of_files(files: pa.Table) -> FileTotals:
     """The file totals of a reconciled file list (``Snapshot.files``): what ``advance`` keeps up."""
     sizes = (

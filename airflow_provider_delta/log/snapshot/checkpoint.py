@@ -8,30 +8,34 @@ column is one struct array, null on the rows of other actions; no Python loop pe
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import io
 import logging
 import math
 import uuid
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..actions.actions import ADD, DELETION_VECTOR, REMOVE, STRING_MAP
 from ..base.arguments import int_arg
-from ..base.arrow_utils import encode_uri_paths
+from ..base.arrow_utils import empty_table, encode_uri_paths, from_numpy
 from ..base.errors import ChecksumError, CorruptLogError
 from ..features.configuration import TableConfiguration
 from ..files.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from ..files.segment import read_last_checkpoint
 from ..files.storage import LogStore
-from ..files.version_checksum import checksum_name, checksum_of_state, write_checksum
+from ..files.version_checksum import TotalsBuilder, VersionChecksum, checksum_name, write_checksum
 from ..schema.partition_values import typed_partition_values
 from ..schema.schema import physical_partition_names
 from ..schema.stats import typed_file_stats
-from .replay import TableState
+from .replay import CheckpointReadError, TableState
 from .snapshot import Snapshot
 from .table_context import TableContext
 
@@ -76,7 +80,8 @@ _COLUMN_ORDER = ("txn", "add", "remove", "metaData", "protocol", "domainMetadata
 _BATCH_ROWS = 131_072
 
 
-def _small_actions(state: TableState) -> dict[str, pa.Array]:
+def _small_actions(state: Any) -> dict[str, pa.Array]:
+    """The small actions of ``state`` (anything with protocol, metadata, txns and domains) as arrays."""
     md = state.metadata
     p = state.protocol
     protocol = pa.array([p.to_json()], PROTOCOL_T)
@@ -145,13 +150,21 @@ def checkpoint_batches(state: TableState, rows: int = _BATCH_ROWS) -> Iterator[p
     if not state.fields.complete:
         # A projected replay (VACUUM's) lacks stats and partition values: a checkpoint of it would lose them.
         raise ValueError("a checkpoint needs every field of file actions; this state was replayed with fewer")
-    small = _small_actions(state)
-    config = TableConfiguration(state.protocol, state.metadata)
-    files, tombstones = state.files, state.tombstones
+    return checkpoint_rows(state, [("add", state.files), ("remove", state.tombstones)], rows)
+
+
+def checkpoint_rows(
+    small_state: Any, pieces: Iterable[tuple[str, pa.Table]], rows: int = _BATCH_ROWS
+) -> Iterator[pa.Table]:
+    """Checkpoint rows ("Checkpoint Schema"): the small actions of ``small_state`` first, then each piece
+    of file actions (``("add" | "remove", table)``, as ``Snapshot.stream_file_actions`` gives them) as
+    tables of at most ``rows`` actions, built one at a time."""
+    small = _small_actions(small_state)
+    config = TableConfiguration(small_state.protocol, small_state.metadata)
     types = {
         **{name: arr.type for name, arr in small.items()},
-        "add": _add_struct(config, files.slice(0, 0)).type,
-        "remove": _file_struct(tombstones.slice(0, 0), _REMOVE_FIELDS, {}).type,
+        "add": _add_struct(config, empty_table(pa.schema(list(ADD)))).type,
+        "remove": _file_struct(empty_table(pa.schema(list(REMOVE))), _REMOVE_FIELDS, {}).type,
     }
 
     def rows_of(name: str, values: pa.Array) -> pa.Table:
@@ -161,10 +174,13 @@ def checkpoint_batches(state: TableState, rows: int = _BATCH_ROWS) -> Iterator[p
     yield pa.concat_tables(
         [rows_of(n, small[n]) for n in ("protocol", "metaData", "txn", "domainMetadata") if len(small[n])]
     )
-    for group in _groups(files, rows):
-        yield pa.concat_tables([rows_of("add", _add_struct(config, part)) for part in group])
-    for group in _groups(tombstones, rows):
-        yield pa.concat_tables([rows_of("remove", _file_struct(part, _REMOVE_FIELDS, {})) for part in group])
+    for kind, table in pieces:
+        for group in _groups(table, rows):
+            if kind == "add":
+                yield pa.concat_tables([rows_of("add", _add_struct(config, part)) for part in group])
+            else:
+                removes = [rows_of("remove", _file_struct(part, _REMOVE_FIELDS, {})) for part in group]
+                yield pa.concat_tables(removes)
 
 
 def _groups(table: pa.Table, rows: int) -> Iterator[list[pa.Table]]:
@@ -222,95 +238,232 @@ def write_checkpoint(
             snap.version,
         )
         snap = table.snapshot(snap.vacuum_started - 1)
-    if wrong := snap.checksum_disagreement():
-        # As Delta Spark validates before it checkpoints: the checkpoint would carry the checksum's small
-        # state into the log, so a checksum that the log contradicts stops it, by name.
-        raise ChecksumError(
-            f"cannot checkpoint {store.uri} at version {snap.version}: the version checksum it was read from "
-            f"disagrees with the log on {', '.join(wrong)}; delete or fix the checksum file and try again",
-            path=snap.checksum_source,
-        )
+    _check_checksum(snap)
+    try:
+        return _write(table, snap, parts, part_size)
+    except (CheckpointReadError, FileNotFoundError) as exc:
+        # The checkpoint being streamed from turned out broken, or log cleanup deleted a file under the
+        # stream: the whole replay, with its fallbacks (an older checkpoint, listing again).
+        log.warning("%s; writing the checkpoint from the whole replay instead", exc)
+        snap.files  # noqa: B018 - read whole, with the fallbacks
+        return _write(table, snap, parts, part_size)
+
+
+def _check_checksum(snap: Snapshot) -> None:
+    """As Delta Spark validates before it checkpoints: a checkpoint would carry the checksum's small state
+    into the log, so a checksum the log contradicts stops it, by name. The small actions are compared
+    here (a read of the log's small actions); the file totals as the file actions stream by."""
+    if snap.checksum is None:
+        return
+    if snap.files_loaded:
+        wrong = snap.checksum_disagreement()
+    else:
+        protocol, metadata, txns, domains = snap.log_small_state()
+        pairs = (("protocol", snap.protocol, protocol), ("metadata", snap.metadata, metadata),
+                 ("setTransactions", snap.checksum.set_transactions, txns),
+                 ("domainMetadata", snap.checksum.domain_metadata, domains))  # fmt: skip
+        wrong = [name for name, mine, theirs in pairs if mine is not None and _plain(mine) != _plain(theirs)]
+    if wrong:
+        raise _disagreement(snap, wrong)
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _disagreement(snap: Snapshot, wrong: list[str]) -> ChecksumError:
+    return ChecksumError(
+        f"cannot checkpoint {snap.store.uri} at version {snap.version}: the version checksum it was read "
+        f"from disagrees with the log on {', '.join(wrong)}; delete or fix the checksum file and try again",
+        path=snap.checksum_source,
+    )
+
+
+class _Tally:
+    """What a streamed checkpoint wrote: rows, adds, removes, and the file totals of its adds (checked
+    against the snapshot's checksum before the checkpoint is made visible, and the checksum written
+    with it when the version has none)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.totals = TotalsBuilder()
+        self.removes = 0
+
+    def pieces(self) -> Iterator[tuple[str, pa.Table]]:
+        for kind, table in self.snap.stream_file_actions():
+            if kind == "add":
+                self.totals.add(table)
+            else:
+                self.removes += table.num_rows
+            yield kind, table
+
+    @property
+    def adds(self) -> int:
+        return self.totals.num_files
+
+    def rows(self, small: int) -> int:
+        return small + self.adds + self.removes
+
+    def check(self) -> None:
+        """Raise (inside the writers' context, so nothing is made visible) when the file totals written
+        disagree with the checksum the snapshot started from."""
+        crc = self.snap.checksum
+        if crc is None or crc.totals is None:
+            return
+        found = self.totals.totals()
+        pairs = (("numFiles", crc.totals.num_files, found.num_files),
+                 ("tableSizeBytes", crc.totals.table_size_bytes, found.table_size_bytes))  # fmt: skip
+        wrong = [name for name, a, b in pairs if a != b]
+        if wrong:
+            raise _disagreement(self.snap, wrong)
+
+
+def _estimated_actions(snap: Snapshot) -> int:
+    """How many actions the checkpoint will hold, to choose its parts: exact when the file list is in
+    memory, else the checksum's file count (tombstones unknown: the parts' size is a soft limit). The file
+    list is read when neither is there."""
+    small = 2 + len(snap.app_transaction_actions) + len(snap.domain_metadata)
+    if not snap.files_loaded and snap.checksum is not None and snap.checksum.totals is not None:
+        return small + snap.checksum.totals.num_files
+    return small + snap.files.num_rows + snap.tombstones.num_rows
+
+
+def _write(table: TableContext, snap: Snapshot, parts: int | None, part_size: int | None) -> LastCheckpoint:
+    store = table.store
     config = snap.table_configuration
     size_limit = part_size or config.checkpoint_part_size or DEFAULT_PART_SIZE
-    # A table with the v2Checkpoint feature gets V2 checkpoints (UUID-named, checkpointMetadata, sidecars).
+    estimate = _estimated_actions(snap)
+    tally = _Tally(snap)
+    batches = checkpoint_rows(_small_of(snap), tally.pieces())
     if config.v2_checkpoints:
-        return _write_v2(table, snap, parts or 1)
-    state = snap.state()
-    total = 2 + len(state.txns) + len(state.domains) + snap.files.num_rows + snap.tombstones.num_rows
-    n_parts = parts or max(1, math.ceil(total / size_limit))
-    if n_parts == 1:
-        pointer = _write_classic(store, snap.version, state, total)
-        _point_to(table, pointer)
-        _checksum_too(table.store, snap)
-        log.info("wrote checkpoint of %s at version %d", table.uri, snap.version)
-        return pointer
-    whole = _clustered(checkpoint_table(state))
-    written = 0
-    rows_per = math.ceil(whole.num_rows / n_parts)
-    for i in range(n_parts):
-        chunk = whole.slice(i * rows_per, rows_per)
-        name = f"{snap.version:020d}.checkpoint.{i + 1:010d}.{n_parts:010d}.parquet"
-        data = parquet_bytes(chunk, snap.table_configuration)
-        store.write_replace(store.log_file(name), data)
-        _verify_written(store, store.log_file(name), chunk.num_rows)
-        written += len(data)
-    pointer = LastCheckpoint(
-        version=snap.version,
-        size=whole.num_rows,
-        parts=n_parts,
-        size_in_bytes=written,
-        num_of_add_files=snap.files.num_rows,
-    )
+        # A table with the v2Checkpoint feature gets V2 checkpoints (checkpointMetadata, sidecars).
+        pointer = _write_v2(store, snap, parts or 1, batches, tally, estimate)
+        kind = "V2 checkpoint"
+    else:
+        n_parts = parts or max(1, math.ceil(estimate / size_limit))
+        if n_parts == 1:
+            pointer = _write_classic(store, snap.version, config, batches, tally)
+            kind = "checkpoint"
+        else:
+            pointer = _write_multi_part(store, snap.version, config, batches, tally, n_parts)
+            kind = f"{n_parts}-part checkpoint"
     _point_to(table, pointer)
-    _checksum_too(table.store, snap)
-    log.info("wrote %d-part checkpoint of %s at version %d", n_parts, table.uri, snap.version)
+    _checksum_too(store, snap, tally)
+    log.info("wrote %s of %s at version %d", kind, table.uri, snap.version)
     return pointer
 
 
-def _write_classic(store: LogStore, version: int, state: TableState, total: int) -> LastCheckpoint:
+def _small_of(snap: Snapshot) -> SimpleNamespace:
+    return SimpleNamespace(protocol=snap.protocol, metadata=snap.metadata, txns=snap.app_transaction_actions,
+                           domains=snap.domain_metadata)  # fmt: skip
+
+
+def _write_classic(
+    store: LogStore, version: int, config: TableConfiguration, batches: Iterator[pa.Table], tally: _Tally
+) -> LastCheckpoint:
     """One checkpoint file, streamed batch by batch into the file that replaces it whole at the end."""
     path = store.log_file(f"{version:020d}.checkpoint.parquet")
-    batches = checkpoint_batches(state)
     first = next(batches)
-    config = TableConfiguration(state.protocol, state.metadata)
     with store.replacing(path) as fh:
         with pq.ParquetWriter(fh, first.schema, compression=config.parquet_compression,
                               data_page_version=config.parquet_data_page_version) as writer:  # fmt: skip
             writer.write_table(first)
             for batch in batches:
                 writer.write_table(batch)
+        tally.check()
         written = fh.tell()
+    total = tally.rows(first.num_rows)
     _verify_written(store, path, total)
+    return LastCheckpoint(version=version, size=total, size_in_bytes=written, num_of_add_files=tally.adds)
+
+
+def _write_multi_part(
+    store: LogStore,
+    version: int,
+    config: TableConfiguration,
+    batches: Iterator[pa.Table],
+    tally: _Tally,
+    parts: int,
+) -> LastCheckpoint:
+    """A multi-part checkpoint, streamed batch by batch into its parts: the small actions go to the first
+    part, each file action to the part its path's CRC-32 names. The parts of two writers of the same
+    checkpoint then hold the same actions whatever order their file lists were in, so a reader never mixes
+    parts that lose or repeat a file (each part file is replaced whole, and writers may race on them)."""
+    names = [f"{version:020d}.checkpoint.{i + 1:010d}.{parts:010d}.parquet" for i in range(parts)]
+    paths = [store.log_file(n) for n in names]
+    rows = [0] * parts
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(store.replacing(p)) for p in paths]
+        writers: list[pq.ParquetWriter] = []
+        for batch in batches:
+            if not writers:
+                options = {"compression": config.parquet_compression,
+                           "data_page_version": config.parquet_data_page_version}  # fmt: skip
+                writers = [
+                    stack.enter_context(pq.ParquetWriter(fh, batch.schema, **options)) for fh in handles
+                ]
+            part = _parts_of(batch, parts)
+            for i in range(parts):
+                chunk = batch.filter(from_numpy(part == i))
+                if chunk.num_rows:
+                    writers[i].write_table(chunk)
+                    rows[i] += chunk.num_rows
+        for writer in writers:
+            writer.close()
+        tally.check()
+    for path, n in zip(paths, rows, strict=True):
+        _verify_written(store, path, n)
     return LastCheckpoint(
-        version=version, size=total, size_in_bytes=written, num_of_add_files=state.files.num_rows
+        version=version,
+        size=sum(rows),
+        parts=parts,
+        size_in_bytes=sum(store.info(p).size for p in paths),
+        num_of_add_files=tally.adds,
     )
 
 
-def _clustered(table: pa.Table) -> pa.Table:
-    """Sort file actions by path so each part's content is deterministic across attempts ("Checkpoints")."""
-    key = pc.coalesce(
-        pc.struct_field(table.column("add"), "path"), pc.struct_field(table.column("remove"), "path"), ""
-    )
-    return table.take(pc.sort_indices(key))
+def _parts_of(batch: pa.Table, parts: int) -> np.ndarray:
+    """The part of each row: 0 for the small actions, else the CRC-32 of the file action's path."""
+    add, remove = batch.column("add"), batch.column("remove")
+    path = pc.coalesce(pc.struct_field(add, "path"), pc.struct_field(remove, "path"))
+    out = np.zeros(batch.num_rows, dtype=np.int64)
+    valid = np.asarray(path.is_valid().to_pylist(), dtype=bool)
+    names = path.filter(path.is_valid()).to_pylist()
+    hashes = (zlib.crc32(n.encode()) % parts for n in names)
+    out[valid] = np.fromiter(hashes, dtype=np.int64, count=len(names))
+    return out
 
 
-def _write_v2(table: TableContext, snap: Snapshot, n_sidecars: int) -> LastCheckpoint:
-    store = table.store
-    whole = checkpoint_table(snap.state())
-    is_file = pc.or_(whole.column("add").is_valid(), whole.column("remove").is_valid())
-    file_rows = _clustered(whole.filter(is_file)).select(["add", "remove"])
-    other = whole.filter(pc.invert(is_file))
-    sidecars = []
-    rows_per = max(1, math.ceil(file_rows.num_rows / n_sidecars))
-    for i in range(n_sidecars if file_rows.num_rows else 0):
-        data = parquet_bytes(file_rows.slice(i * rows_per, rows_per), snap.table_configuration)
+def _write_v2(
+    store: LogStore,
+    snap: Snapshot,
+    n_sidecars: int,
+    batches: Iterator[pa.Table],
+    tally: _Tally,
+    estimate: int,
+) -> LastCheckpoint:
+    """A V2 checkpoint: the file actions streamed into about ``n_sidecars`` UUID-named sidecars (each
+    attempt writes its own), then the top-level file with the small actions and one ``sidecar`` action
+    each."""
+    config = snap.table_configuration
+    other = next(batches)  # the small actions come first
+    rows_per = max(1, math.ceil(max(estimate - other.num_rows, 1) / n_sidecars))
+    sidecars: list[dict] = []
+    pending = _rebatched((b.select(["add", "remove"]) for b in batches), rows_per)
+    for chunk in pending:
         name = f"{uuid.uuid4()}.parquet"
         path = store.log_file(f"_sidecars/{name}")
-        store.write_replace(path, data)
-        _verify_written(store, path, min(rows_per, file_rows.num_rows - i * rows_per))
-        sidecars.append(
-            {"path": name, "sizeInBytes": len(data), "modificationTime": store.info(path).modification_time}
-        )
+        with store.replacing(path) as fh:
+            with pq.ParquetWriter(fh, chunk[0].schema, compression=config.parquet_compression,
+                                  data_page_version=config.parquet_data_page_version) as writer:  # fmt: skip
+                for part in chunk:
+                    writer.write_table(part)
+            size = fh.tell()
+        _verify_written(store, path, sum(p.num_rows for p in chunk))
+        mtime = store.info(path).modification_time
+        sidecars.append({"path": name, "sizeInBytes": size, "modificationTime": mtime})
+    tally.check()  # before the top-level file makes any of it visible
+    file_rows = tally.adds + tally.removes
     n_other = other.num_rows
     top = other.append_column("checkpointMetadata", pa.nulls(n_other, CHECKPOINT_METADATA_T)).append_column(
         "sidecar", pa.nulls(n_other, SIDECAR_T)
@@ -336,15 +489,32 @@ def _write_v2(table: TableContext, snap: Snapshot, n_sidecars: int) -> LastCheck
     }
     pointer = LastCheckpoint(
         version=snap.version,
-        size=final.num_rows + file_rows.num_rows,
+        size=final.num_rows + file_rows,
         size_in_bytes=len(data) + sum(s["sizeInBytes"] for s in sidecars),
-        num_of_add_files=snap.files.num_rows,
+        num_of_add_files=tally.adds,
         # Names the top-level file, so a reader prefers it to any other V2 checkpoint of the same version.
         raw={"v2Checkpoint": top},
     )
-    _point_to(table, pointer)
-    _checksum_too(table.store, snap)
     return pointer
+
+
+def _rebatched(tables: Iterator[pa.Table], rows: int) -> Iterator[list[pa.Table]]:
+    """``tables`` regrouped into lists of exactly ``rows`` rows (the last may hold fewer), slicing across
+    them: what one sidecar holds."""
+    group: list[pa.Table] = []
+    size = 0
+    for table in tables:
+        start = 0
+        while start < table.num_rows:
+            take = min(rows - size, table.num_rows - start)
+            group.append(table.slice(start, take))
+            size += take
+            start += take
+            if size == rows:
+                yield group
+                group, size = [], 0
+    if group:
+        yield group
 
 
 def _verify_written(store: LogStore, path: str, rows: int) -> None:
@@ -362,18 +532,25 @@ def _verify_written(store: LogStore, path: str, rows: int) -> None:
         raise CorruptLogError(f"the checkpoint file just written holds {found} rows, not {rows}", path=path)
 
 
-def _checksum_too(store: LogStore, snap: Snapshot) -> None:
-    """The checkpoint's version gets its checksum too when it has none: the file list is in memory, so a
-    table written by a client that writes none (delta-rs) gets one here, and later commits go on from it."""
-    if snap.fields.complete and not store.log_file_exists(checksum_name(snap.version)):
-        info = snap.commit_info or {}
-        ict = info.get("inCommitTimestamp")
-        crc = checksum_of_state(snap.version, snap.protocol, snap.metadata, snap.files,
-                                snap.app_transaction_actions, snap.domain_metadata,
-                                ict if isinstance(ict, int) else None)  # fmt: skip
-        if snap.table_configuration.set_transaction_retention_ms is not None:
-            crc = dataclasses.replace(crc, set_transactions=None)
-        write_checksum(store, crc)
+def _checksum_too(store: LogStore, snap: Snapshot, tally: _Tally) -> None:
+    """The checkpoint's version gets its checksum too when it has none: its file totals were counted as
+    it was written, so a table written by a client that writes none (delta-rs) gets one here, and later
+    commits go on from it."""
+    if not snap.fields.complete or store.log_file_exists(checksum_name(snap.version)):
+        return
+    info = snap.commit_info or {}
+    ict = info.get("inCommitTimestamp")
+    crc = VersionChecksum(
+        version=snap.version,
+        protocol=snap.protocol,
+        metadata=snap.metadata,
+        totals=tally.totals.totals(),
+        set_transactions=None if snap.table_configuration.set_transaction_retention_ms is not None
+        else dict(snap.app_transaction_actions),
+        domain_metadata=dict(snap.domain_metadata),
+        in_commit_timestamp=ict if isinstance(ict, int) else None,
+    )  # fmt: skip
+    write_checksum(store, crc)
 
 
 def _point_to(table: TableContext, pointer: LastCheckpoint) -> None:

@@ -528,21 +528,42 @@ def stream_live_files(
     keep: Callable[[pa.Table], pa.Table],
 ) -> Iterator[pa.Table]:
     """The live files of ``segment`` as a stream of tables, each already cut down by ``keep`` (a filter of
-    the rows a caller wants): the checkpoint is read batch by batch and only what ``keep`` keeps is ever
-    held, so a filtered scan of a table of millions of files holds its matches, not the table. Tombstones
-    are not kept. The same reconciliation as ``replay``: the commits (``cover``, with ``commit_data``) are
-    read first, and their keys dropped from the checkpoint's rows as they stream by.
-    ``CheckpointReadError`` may come after some tables were yielded: a caller falls back to ``replay``."""
+    the rows a caller wants): only what ``keep`` keeps is ever held, so a filtered scan of a table of
+    millions of files holds its matches, not the table (see ``stream_file_actions``)."""
+    for kind, table in stream_file_actions(store, segment, commit_data, cover, fields):
+        if kind == "add" and (kept := keep(table)).num_rows:
+            yield kept
+
+
+def stream_file_actions(
+    store: LogStore,
+    segment: LogSegment,
+    commit_data: list[bytes],
+    cover: Sequence[FileMeta],
+    fields: FileFields,
+    *,
+    removes: bool = False,
+) -> Iterator[tuple[str, pa.Table]]:
+    """The reconciled file actions of ``segment`` as a stream of ``("add" | "remove", table)``: the
+    checkpoint is read batch by batch and nothing is held but the batch at hand and the commits' own
+    actions. The same reconciliation as ``replay``: the commits (``cover``, with ``commit_data``) are read
+    first, and their keys dropped from the checkpoint's rows as they stream by. Tombstones only with
+    ``removes``. ``CheckpointReadError`` may come after some tables were yielded: a caller falls back to
+    ``replay``."""
     new = _parse_commits(store, tuple(cover), commit_data, fields)
     commit_adds = concat_file_actions(new.adds, fields.add_type)
     commit_removes = concat_file_actions(new.removes, fields.remove_type)
     acc = Actions(fields=fields)
     for _ in checkpoint_steps(acc, store, segment, _touched(commit_adds, commit_removes)):
         for table in acc.adds:
-            if (kept := keep(table)).num_rows:
-                yield kept
+            yield "add", table
+        if removes:
+            for table in acc.removes:
+                yield "remove", table
         acc.adds.clear()
         acc.removes.clear()
-    win_adds, _ = reconcile(commit_adds, commit_removes)
-    if (kept := keep(win_adds.drop_columns(["_version"]))).num_rows:
-        yield kept
+    win_adds, win_removes = reconcile(commit_adds, commit_removes)
+    if win_adds.num_rows:
+        yield "add", win_adds.drop_columns(["_version"])
+    if removes and win_removes.num_rows:
+        yield "remove", win_removes.drop_columns(["_version"])

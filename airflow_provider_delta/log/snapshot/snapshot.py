@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -55,6 +55,7 @@ from .replay import (
     concat_file_actions,
     read_checkpoint,
     replay,
+    stream_file_actions,
     stream_live_files,
 )
 
@@ -142,13 +143,13 @@ class Snapshot:
                 read_version=self.version,
                 latest_version=exc.latest,
             ) from exc
-        if self.checksum_disagreement(state):
+        if wrong := self.checksum_disagreement(state):
             log.warning(
                 "the version checksum %s disagrees with the log of %s at version %d (%s)",
                 self.checksum_source or "carried from an older checksum",
                 self.store.uri,
                 self.version,
-                ", ".join(self.checksum_disagreement(state)),
+                ", ".join(wrong),
             )
         return state
 
@@ -158,7 +159,9 @@ class Snapshot:
 
     @cached_property
     def tombstones(self) -> pa.Table:
-        tombstones = self._replayed.tombstones
+        return self._unexpired(self._replayed.tombstones)
+
+    def _unexpired(self, tombstones: pa.Table) -> pa.Table:
         if tombstones.num_rows and not self.keep_expired_tombstones:
             # A tombstone expires once its deletion timestamp falls out of the retention window ("Add File
             # and Remove File"); a missing timestamp counts as 0, i.e. expired, as in Delta Spark.
@@ -232,6 +235,37 @@ class Snapshot:
         if not tables:
             return concat_file_actions([], self.fields.add_type, versioned=False), seen
         return (pa.concat_tables(tables) if len(tables) > 1 else tables[0]), seen
+
+    def stream_file_actions(self) -> Iterator[tuple[str, pa.Table]]:
+        """The file actions of this version as ``("add" | "remove", table)`` pieces, tombstones past the
+        retention left out as in ``tombstones``: from memory when the file list is there, else streamed
+        from the checkpoint batch by batch (what a checkpoint of millions of files is written from).
+        ``CheckpointReadError`` may come after some pieces: a caller starts again from ``files``."""
+        if self.files_loaded:
+            yield "add", self.files
+            yield "remove", self.tombstones
+            return
+        cover = [f for _, f in self.segment.commit_cover()]
+        known = self.known_commits
+        names = [f.name for f in cover if commit_version(f.name) not in known]
+        read = dict(zip(names, self.store.read_log_files(names), strict=True)) if names else {}
+        datas = [known.get(commit_version(f.name)) or read[f.name] for f in cover]  # type: ignore[index]
+        pieces = stream_file_actions(self.store, self.segment, datas, cover, self.fields, removes=True)
+        for kind, table in pieces:
+            yield kind, (table if kind == "add" else self._unexpired(table))
+
+    def log_small_state(
+        self,
+    ) -> tuple[Protocol, Metadata, dict[str, SetTransaction], dict[str, DomainMetadata]]:
+        """Protocol, metadata, app transactions and domains of this version as the log says them, without
+        a checksum (what a checksum is checked against): the checkpoint's small actions and the commits."""
+        store = self.store
+        _, small = _with_fallbacks(
+            store, self.version, lambda segment: _read_small_state(store, segment, use_checksum=False)
+        )
+        small.check_metadata()
+        assert small.protocol is not None and small.metadata is not None
+        return small.protocol, small.metadata, small.txns, small.domains
 
     def file_paths(self) -> list[str]:
         """Decoded paths of live files, relative to the table root unless absolute in the log."""
@@ -413,10 +447,10 @@ class _SmallState:
             self.metadata_checked = True
 
 
-def _read_small_state(store: LogStore, segment: LogSegment) -> _SmallState:
+def _read_small_state(store: LogStore, segment: LogSegment, *, use_checksum: bool = True) -> _SmallState:
     """The segment's small actions: from its newest checksum and the commits after it, else from the
     checkpoint's small-action columns and the commits after it."""
-    crc = read_usable_checksum(store, segment)
+    crc = read_usable_checksum(store, segment) if use_checksum else None
     if crc is not None:  # the commits after it, one by one (the checksum is carried over each)
         versions = [(commit_version(f.name), f) for f in segment.commits]
         tail = [(v, f) for v, f in versions if v is not None and v > crc.version]
