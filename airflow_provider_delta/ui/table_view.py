@@ -93,6 +93,7 @@ class Maintenance:
     vacuum_bytes: int | None = None
     vacuum_retention_hours: float | None = None
     vacuum_error: str | None = None
+    vacuum_note: str | None = None  # why the dry run was not made
     checkpoint_version: int | None = None
     commits_since_checkpoint: int = 0
     checkpoint_interval: int = 10
@@ -234,6 +235,18 @@ def _protocol(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+# Up to this many live files the page shows what VACUUM would delete now (a dry run per view).
+VACUUM_PREVIEW_MAX_FILES = 100_000
+
+
+def _known_live_files(snap: Snapshot) -> int | None:
+    """Live files when known without reading the file list: from the checksum, or the list in memory;
+    a table with no checkpoint is small enough to read."""
+    if snap.files_loaded or (snap.checksum is not None and snap.checksum.totals is not None):
+        return snap.num_files
+    return snap.num_files if snap.segment.checkpoint is None else None
+
+
 def maintenance(table: DeltaTable, snap: Snapshot, *, vacuum: bool = True) -> Maintenance:
     """Files VACUUM would delete now (a dry run: nothing is deleted or committed) and the commits since
     the last checkpoint, against ``delta.checkpointInterval``."""
@@ -245,7 +258,13 @@ def maintenance(table: DeltaTable, snap: Snapshot, *, vacuum: bool = True) -> Ma
         out.checkpoint_interval = snap.table_configuration.checkpoint_interval
     except ValueError:
         out.checkpoint_interval = 10
-    if vacuum:
+    live = _known_live_files(snap)
+    if vacuum and (live is None or live > VACUUM_PREVIEW_MAX_FILES):
+        # A dry run lists the whole table and reads its file list: not on every page view of a big table.
+        count = "an unknown number of" if live is None else f"{live:,}"
+        out.vacuum_note = (f"not checked on this page for a table of {count} live files: run `deltalog "
+                           "vacuum URI --dry-run` or DeltaVacuumOperator(dry_run=True)")  # fmt: skip
+    elif vacuum:
         try:
             report = table.vacuum(dry_run=True)
             out.vacuum_files, out.vacuum_bytes = len(report.files), report.bytes

@@ -130,6 +130,28 @@ def test_the_view_walks_the_table_back_exactly(tmp_path):
     assert view.protocol["minReaderVersion"] == 1
 
 
+def test_the_view_of_a_big_table_reads_no_file_list(tmp_path, monkeypatch):
+    """Over ``VACUUM_PREVIEW_MAX_FILES`` live files (counted by the version checksum), the page makes no
+    VACUUM dry run and never replays the file list; it says how to get the preview."""
+    from airflow_provider_delta.log.snapshot import snapshot as snapshot_module
+    from airflow_provider_delta.ui import table_view
+
+    uri = str(tmp_path / "t")
+    table = DeltaTable.create(uri, pa.schema([("a", pa.int64())]))
+    for i in range(3):
+        table.write(pa.table({"a": [i]}))
+    monkeypatch.setattr(table_view, "VACUUM_PREVIEW_MAX_FILES", 2)
+
+    def no_file_list(*args, **kwargs):
+        raise AssertionError("the page replayed the file list")
+
+    monkeypatch.setattr(snapshot_module, "replay_version", no_file_list)
+    view = build_view(DeltaTable(uri))
+    assert (view.num_files, view.version) == (3, 3) and view.size_bytes == table.snapshot().table_size_bytes
+    assert view.maintenance.vacuum_files is None
+    assert "not checked on this page for a table of 3 live files" in view.maintenance.vacuum_note
+
+
 def test_the_view_opens_an_old_version_beyond_the_window(tmp_path):
     uri = str(tmp_path / "t")
     for i in range(5):

@@ -625,3 +625,27 @@ def test_a_missing_version_names_the_versions_that_can_be_read(tmp_path: Path, c
         if expected:
             with pytest.raises(VersionNotFoundError):
                 DeltaTable(uri).snapshot(version=expected - 1)
+
+
+# -- log compaction and checksum validation ---------------------------------------------------------------
+def test_compact_log_and_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    root = tmp_path / "t"
+    t = DeltaTable.create(str(root), pa.schema([("a", pa.int64())]))
+    for i in range(4):
+        t.write(pa.table({"a": [i]}))
+    code, out, err = run_main(capsys, "compact-log", str(root), "--json")
+    assert code == 0, err
+    name = f"{0:020d}.{4:020d}.compacted.json"
+    assert json.loads(out) == {"uri": str(root), "written": name} and (root / "_delta_log" / name).exists()
+    code, out, _ = run_main(capsys, "compact-log", str(root))
+    assert code == 0 and out.startswith("nothing to compact")
+    code, out, err = run_main(capsys, "validate", str(root), "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"uri": str(root), "version": 4, "num_files": 4,
+                               "table_size_bytes": t.snapshot().table_size_bytes}  # fmt: skip
+    crc = root / "_delta_log" / f"{4:020d}.crc"
+    body = json.loads(crc.read_text())
+    crc.write_text(json.dumps({**body, "numFiles": 9}))
+    result = run("validate", str(root))
+    assert result.returncode == 1 and result.stdout == ""
+    assert_one_line_error(result.stderr, "disagrees with the log on numFiles", str(crc))

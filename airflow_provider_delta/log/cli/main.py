@@ -140,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     command("cleanup", "delete log files older than delta.logRetentionDuration that no version needs")
+
+    p = command("compact-log", "write a log compaction of the commits since the newest checkpoint")
+    p.add_argument(
+        "--start", type=_version_arg, metavar="N", help="first commit (default: after the checkpoint)"
+    )
+    p.add_argument("--end", type=_version_arg, metavar="N", help="last commit (default: the latest)")
+
+    p = command("validate", "compare a version's checksum (NNN.crc) with the state its log replays to")
+    p.add_argument("--version", type=_version_arg, metavar="N", help="the version (default: the latest)")
     layout.add_commands(command, _version_arg, _timestamp_arg)
     return parser
 
@@ -390,12 +399,41 @@ def print_cleanup(doc: dict[str, Any], out: IO[str]) -> None:
         print(f"  {name}", file=out)
 
 
+def compact_log_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any]:
+    return {"uri": table.uri, "written": table.compact_log(args.start, args.end)}
+
+
+def print_compact_log(doc: dict[str, Any], out: IO[str]) -> None:
+    if doc["written"] is None:
+        print(f"nothing to compact in {doc['uri']} (fewer than two commits, or already compacted)", file=out)
+    else:
+        print(f"wrote {doc['written']} in {doc['uri']}", file=out)
+
+
+def validate_doc(table: DeltaTable, args: argparse.Namespace) -> dict[str, Any]:
+    crc = table.validate_checksum(args.version)  # ChecksumError (named, one line) when they disagree
+    totals = crc.totals
+    return {
+        "uri": table.uri,
+        "version": crc.version,
+        "num_files": totals.num_files if totals else None,
+        "table_size_bytes": totals.table_size_bytes if totals else None,
+    }
+
+
+def print_validate(doc: dict[str, Any], out: IO[str]) -> None:
+    print(f"the checksum of version {doc['version']} of {doc['uri']} agrees with its log: "
+          f"{doc['num_files']:,} files, {human_bytes(doc['table_size_bytes'])}", file=out)  # fmt: skip
+
+
 COMMANDS: dict[str, tuple[Callable[[DeltaTable, argparse.Namespace], dict[str, Any]], Printer]] = {
     "snapshot": (snapshot_doc, print_snapshot),
     "history": (history_doc, print_history),
     "checkpoint": (checkpoint_doc, print_checkpoint),
     "vacuum": (vacuum_doc, print_vacuum),
     "cleanup": (cleanup_doc, print_cleanup),
+    "compact-log": (compact_log_doc, print_compact_log),
+    "validate": (validate_doc, print_validate),
     **layout.COMMANDS,
 }
 
