@@ -235,8 +235,10 @@ def prepare(impl: str, op: str, table: str, base: str, app_version: str) -> Call
     first: dict[str, Any] = {}
     if op == "second":
         first = _helper(["first-commit", str(path), str(n + 1)], dict(os.environ))
+        if first["already_committed"] or not first["landed"]:
+            raise RuntimeError(f"the first commit of ours on {path} did not land: {first}")
     if impl == "floor":
-        return _floor(str(path), op)
+        return _floor(str(path))
     if op == "lookup":
         if impl == "ours":
             import fsspec.implementations.chained  # noqa: F401 - fsspec imports it on a table's first open
@@ -275,7 +277,7 @@ def prepare(impl: str, op: str, table: str, base: str, app_version: str) -> Call
     return work
 
 
-def _floor(path: str, op: str) -> Callable[[], dict[str, Any]]:
+def _floor(path: str) -> Callable[[], dict[str, Any]]:
     import io
 
     import pyarrow.dataset  # noqa: F401 - read_table imports it (and pandas with it) on its first call
@@ -491,6 +493,13 @@ def format_variant(title: str, variant: str, results: dict[str, dict[str, Any]],
         sample = result["samples"]["ours"][-1]
         reads = {_reads_text(s) for s in result["samples"]["ours"]}
         note = f"{OP_TITLES[op]}: ours read {' / '.join(sorted(reads))}"
+        written = {s.get("checksum_written") for s in result["samples"]["ours"]} - {None}
+        if written:
+            note += (
+                "; wrote the checksum of its version"
+                if written == {True}
+                else ("; wrote no checksum" if written == {False} else "; wrote a checksum in some runs only")
+            )
         if sample.get("first_commit"):
             first = sample["first_commit"]
             note += (f"; after ours committed version {first['version']} "

@@ -114,7 +114,7 @@ def _parquet_steps(
         # without them, 0.23-0.60 s with, for the paths of 1,000,000 adds) and each thread's allocator heap
         # keeps 10-15 MiB after it. A full read keeps them: its stats columns are worth decoding in parallel.
         threads = acc.fields.complete and not small_only
-        groups = _row_groups_with_small_actions(pf, wanted) if small_only else None
+        groups = row_groups_with_small_actions(pf, wanted) if small_only else None
         if groups == []:
             return
         for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=threads,
@@ -153,7 +153,7 @@ _REQUIRED_LEAF = {
 }
 
 
-def _row_groups_with_small_actions(pf: pq.ParquetFile, wanted: tuple[str, ...]) -> list[int] | None:
+def row_groups_with_small_actions(pf: pq.ParquetFile, wanted: tuple[str, ...]) -> list[int] | None:
     """Row groups that may hold one of the ``wanted`` actions (``None``: all of them). Writers put the
     few small actions together (ours and Delta Spark's), so a checkpoint of millions of files is mostly
     row groups of file actions only, skipped here without being read."""

@@ -31,7 +31,7 @@ from ..base.arrow_utils import int64_scalar
 from ..base.errors import ChecksumError, CorruptLogError, StaleSnapshotError, VersionNotFoundError
 from ..features.configuration import TableConfiguration
 from ..features.protocol import check_read_supported
-from ..files.commit_json import Actions
+from ..files.commit_json import Actions, parse_json_actions
 from ..files.segment import LogSegment, SegmentBuilder, commit_name, commit_version, group_checkpoints
 from ..files.storage import FileMeta, LogStore
 from ..files.version_checksum import (
@@ -61,6 +61,8 @@ from .replay import (
 
 log = logging.getLogger(__name__)
 _MAX_CHECKPOINT_FALLBACKS = 5
+# What a snapshot's small state reads of the commits' file actions: only their keys (they are parsed anyway).
+_KEYS_ONLY = FileFields(add=("path",), remove=("path",))
 _MAX_RELISTS = 10
 _MAX_TRANSIENT_RETRIES = 3
 _TRANSIENT = (ConnectionError, TimeoutError)
@@ -291,11 +293,15 @@ class Snapshot:
     def _vacuum(self) -> dict[str, int | None]:
         infos = dict(self.commit_infos)
         missing = [f for f in self.segment.commits if commit_version(f.name) not in infos]
-        for f in missing:
+        try:
+            datas: list[bytes | None] = list(self.store.read_log_files(f.name for f in missing))
+        except FileNotFoundError:
+            datas = [None] * len(missing)  # one was cleaned up: each is read on its own below
+        for f, data in zip(missing, datas, strict=True):
             v = commit_version(f.name)
             assert v is not None
             try:
-                info = read_commit_info(self.store, v)
+                info = read_commit_info(self.store, v, data)
             except FileNotFoundError:
                 # Log cleanup deleted it (it deletes only below a newer checkpoint, and no checkpoint is
                 # written past an unfinished VACUUM START): a writer from this snapshot is stale, and
@@ -457,33 +463,38 @@ def _read_small_state(store: LogStore, segment: LogSegment, *, use_checksum: boo
     else:  # after the checkpoint, log compactions in place of the commits they cover
         tail = segment.commit_cover()
     datas = store.read_log_files(f.name for _, f in tail)
-    effects = [
-        commit_effect(v, data, store.log_file(f.name)) for (v, f), data in zip(tail, datas, strict=True)
-    ]
     if crc is not None:
-        base = Actions(protocol=crc.protocol, metadata=crc.metadata, txns=dict(crc.set_transactions or {}),
-                       domains=dict(crc.domain_metadata or {}))  # fmt: skip
-    else:
-        base = Actions()
-        read_checkpoint(base, store, segment, small_only=True)
-        if base.metadata is not None and not any(e.actions.metadata for e in effects):
-            try:
-                check_metadata(base.metadata)
-            except ValueError as exc:
-                where = base.metadata_origin[0] if base.metadata_origin else "checkpoint"
-                raise CheckpointReadError(f"invalid metaData in {where}: {exc}") from None
+        small = _SmallState(crc.protocol, crc.metadata, dict(crc.set_transactions or {}),
+                            dict(crc.domain_metadata or {}), crc, {}, {})  # fmt: skip
+        for (v, f), data in zip(tail, datas, strict=True):
+            _apply_effect(small, commit_effect(v, data, store.log_file(f.name)), data)
+        return small
+    # No checksum to carry forward: the commits (and compactions) after the checkpoint in one parse.
+    commits = Actions(fields=_KEYS_ONLY)
+    chunks = [(v, store.log_file(f.name), d) for (v, f), d in zip(tail, datas, strict=True)]
+    parse_json_actions(commits, chunks)
+    base = Actions()
+    read_checkpoint(base, store, segment, small_only=True)
+    if base.metadata is not None and commits.metadata is None:
+        try:
+            check_metadata(base.metadata)
+        except ValueError as exc:
+            where = base.metadata_origin[0] if base.metadata_origin else "checkpoint"
+            raise CheckpointReadError(f"invalid metaData in {where}: {exc}") from None
     small = _SmallState(base.protocol, base.metadata, dict(base.txns),
-                        {k: v for k, v in base.domains.items() if not v.removed}, crc,
+                        {k: v for k, v in base.domains.items() if not v.removed}, None,
                         {}, {}, base.metadata_origin)  # fmt: skip
-    for (_, f), data, effect in zip(tail, datas, effects, strict=True):
-        _apply_effect(small, effect, data if commit_version(f.name) is not None else None)
+    _apply_actions(small, commits)
+    small.commit_infos.update(commits.commit_infos)
+    small.known.update(
+        (v, d) for (v, f), d in zip(tail, datas, strict=True) if commit_version(f.name) is not None
+    )
     return small
 
 
-def _apply_effect(small: _SmallState, effect: CommitEffect, data: bytes | None) -> None:
-    """Apply one commit (``data``: its bytes, kept for the file list's replay) or one log compaction
-    (``data`` None: not a commit, and no checksum goes on over it)."""
-    acc = effect.actions
+def _apply_actions(small: _SmallState, acc: Actions) -> None:
+    """The small actions of later commits over ``small``: the latest protocol, metaData, txn per app and
+    domain win ("Action Reconciliation"); a removed domain goes."""
     if acc.metadata is not None:
         small.metadata, small.metadata_origin = acc.metadata, acc.metadata_origin
         small.metadata_checked = False
@@ -494,6 +505,12 @@ def _apply_effect(small: _SmallState, effect: CommitEffect, data: bytes | None) 
             small.domains.pop(name, None)
         else:
             small.domains[name] = d
+
+
+def _apply_effect(small: _SmallState, effect: CommitEffect, data: bytes | None) -> None:
+    """Apply one commit (``data``: its bytes, kept for the file list's replay) or one log compaction
+    (``data`` None: not a commit, and no checksum goes on over it)."""
+    _apply_actions(small, effect.actions)
     if data is None:
         small.checksum = None
         return

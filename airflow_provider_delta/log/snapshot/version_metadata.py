@@ -22,7 +22,7 @@ from ..features.protocol import check_read_supported
 from ..files.commit_json import action_lines
 from ..files.segment import Checkpoint, LogSegment, SegmentBuilder, commit_name
 from ..files.storage import LogStore
-from .replay import check_metadata
+from .replay import check_metadata, row_groups_with_small_actions
 
 _CHUNK = 16  # commits read at once while walking back to the last protocol and metaData
 _MAX_RELISTS = 3
@@ -129,7 +129,8 @@ def _parquet_actions(store: LogStore, path: str) -> tuple[Protocol | None, Metad
     names = [n for n in ("protocol", "metaData") if n in pf.schema_arrow.names]
     protocol = metadata = None
     try:
-        for rg in _row_groups_with(pf, names):
+        groups = row_groups_with_small_actions(pf, tuple(names))
+        for rg in range(pf.metadata.num_row_groups) if groups is None else groups:
             # Small batches, stopping at the first that holds both: writers put these actions first (ours,
             # Delta Spark's), so a row group of a million file rows is never decoded whole.
             for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=[rg], columns=names,
@@ -148,25 +149,6 @@ def _parquet_actions(store: LogStore, path: str) -> tuple[Protocol | None, Metad
     except ValueError as exc:
         raise CorruptLogError(f"invalid protocol or metaData in checkpoint: {exc}", path=path) from None
     return protocol, metadata
-
-
-def _row_groups_with(pf: pq.ParquetFile, names: list[str]) -> list[int]:
-    """Row groups that may hold a non-null ``protocol`` or ``metaData``: those whose statistics for a
-    required leaf (``protocol.minReaderVersion``, ``metaData.id``) are missing or show a value."""
-    md = pf.metadata
-    leaves = {"protocol.minReaderVersion", "metaData.id"}
-    columns = [i for i in range(md.num_columns) if md.schema.column(i).path in leaves]
-    if len(columns) != len(names):
-        return list(range(md.num_row_groups))
-    out = []
-    for rg in range(md.num_row_groups):
-        group = md.row_group(rg)
-        for i in columns:
-            stats = group.column(i).statistics
-            if stats is None or not stats.has_null_count or stats.null_count < group.num_rows:
-                out.append(rg)
-                break
-    return out
 
 
 def _without_nulls(body: dict) -> dict:
