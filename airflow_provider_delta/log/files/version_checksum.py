@@ -321,12 +321,11 @@ def commit_effect(version: int, data: bytes, path: str) -> CommitEffect:
     removes = _concat(acc.removes)
     info = acc.commit_infos.get(version)
     operation = info.get("operation") if info else None
-    remove_sizes = None
-    if removes is not None and removes.num_rows:
+    if removes is None:
+        remove_sizes: np.ndarray | None = np.zeros(0, dtype=np.int64)
+    else:  # a remove without a size makes the totals unknown (None)
         size = removes.column("size")
         remove_sizes = None if size.null_count else to_numpy(size.combine_chunks())
-    elif removes is None or not removes.num_rows:
-        remove_sizes = np.zeros(0, dtype=np.int64)
     add_sizes = (
         np.zeros(0, dtype=np.int64)
         if adds is None

@@ -427,7 +427,7 @@ def _parts_of(batch: pa.Table, parts: int) -> np.ndarray:
     add, remove = batch.column("add"), batch.column("remove")
     path = pc.coalesce(pc.struct_field(add, "path"), pc.struct_field(remove, "path"))
     out = np.zeros(batch.num_rows, dtype=np.int64)
-    valid = np.asarray(path.is_valid().to_pylist(), dtype=bool)
+    valid = path.is_valid().to_numpy(zero_copy_only=False)
     names = path.filter(path.is_valid()).to_pylist()
     hashes = (zlib.crc32(n.encode()) % parts for n in names)
     out[valid] = np.fromiter(hashes, dtype=np.int64, count=len(names))

@@ -145,7 +145,8 @@ class Snapshot:
                 read_version=self.version,
                 latest_version=exc.latest,
             ) from exc
-        if wrong := self.checksum_disagreement(state):
+        self.__dict__["_disagreement"] = wrong = self.checksum_disagreement(state)  # read once per snapshot
+        if wrong:
             log.warning(
                 "the version checksum %s disagrees with the log of %s at version %d (%s)",
                 self.checksum_source or "carried from an older checksum",
@@ -175,8 +176,12 @@ class Snapshot:
     def checksum_disagreement(self, state: TableState | None = None) -> list[str]:
         """The fields in which the checksum this snapshot started from disagrees with the replayed log
         (``state``, else the file list's); empty when they agree or there was no checksum."""
+        if state is None:
+            state = self._replayed  # compares once as it replays, whose answer is kept
+            if "_disagreement" in self.__dict__:
+                return self.__dict__["_disagreement"]
+            return self.checksum_disagreement(state)
         crc = self.checksum
-        state = state or self._replayed
         if crc is None or state.protocol is None or state.metadata is None:
             return []
         if "size" not in state.files.column_names:  # a projected replay: only what it has is compared
