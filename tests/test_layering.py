@@ -151,7 +151,7 @@ CORE_FLOORS: dict[str, int] = {
     "snapshot": 5,                   # replay, the state of a version, checkpoints of it
     "scans": 6, "commits": 6,        # reading a version; committing to it
     "writes": 7, "changes": 7,       # rows into files; what a range of versions changed
-    "maintenance": 8,                # OPTIMIZE, VACUUM, RESTORE, log cleanup
+    "maintenance": 8, "row_changes": 8,  # OPTIMIZE, VACUUM, RESTORE, log cleanup; DELETE, UPDATE, MERGE
     "table": 9,                      # the facade
     "cli": 10, "__init__": 10,       # what sits on the facade
 }  # fmt: skip

@@ -20,6 +20,7 @@ from .base.errors import (
     DeltaError,
     FileNotLiveError,
     InvalidCommitError,
+    MergeCardinalityError,
     MetadataChangedError,
     ProtocolChangedError,
     RetentionTooShortError,
@@ -31,6 +32,8 @@ from .base.errors import (
 )
 from .commits.transaction import CommitResult, Transaction
 from .features.configuration import TableConfiguration
+from .row_changes.merge import MergeBuilder
+from .row_changes.target import RowChangeResult
 from .snapshot.history import HistoryEntry
 from .snapshot.snapshot import Snapshot
 from .table import DeltaTable, read_table, write
@@ -52,6 +55,9 @@ __all__ = [
     "ConcurrentTransactionError",
     "ConcurrentVacuumError",
     "InvalidCommitError",
+    "MergeBuilder",
+    "MergeCardinalityError",
+    "RowChangeResult",
     "MetadataChangedError",
     "ProtocolChangedError",
     "RemoveFile",

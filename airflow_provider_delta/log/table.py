@@ -31,6 +31,10 @@ from .maintenance.optimize import optimize
 from .maintenance.optimize_commit import OptimizeMetrics
 from .maintenance.restore import RestoreResult, restore
 from .maintenance.vacuum import VacuumReport, vacuum
+from .row_changes.delete import delete as delete_rows
+from .row_changes.merge import MergeBuilder
+from .row_changes.target import RowChangeResult
+from .row_changes.update import update as update_rows
 from .scans.scan import Scan
 from .snapshot.checkpoint import write_checkpoint
 from .snapshot.history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
@@ -201,6 +205,24 @@ class DeltaTable(TableContext):
     def write(self, data: Any, **options: Any) -> CommitResult:
         """Write rows as one commit (see :func:`.write_rows.write_rows`)."""
         return write_rows(self, data, **options)
+
+    # -- row-level changes ------------------------------------------------------------------------------
+    def delete(self, predicate: Any = None, **options: Any) -> RowChangeResult:
+        """Delete the rows where ``predicate`` (SQL text, a ``pyarrow.compute.Expression`` or DNF tuples)
+        holds, every row without one, in this process, as Delta Spark's DELETE (deletion vectors where the
+        table enables them); ``app_id``/``app_version`` make it exactly once. See ``row_changes.delete``."""
+        return delete_rows(self, predicate, **options)
+
+    def update(self, set: Mapping[str, Any], predicate: Any = None, **options: Any) -> RowChangeResult:
+        """Set columns (``{column: SQL expression}``) of the rows where ``predicate`` holds, in this
+        process, as Delta Spark's UPDATE. See ``row_changes.update``."""
+        return update_rows(self, set, predicate, **options)
+
+    def merge(self, source: Any, on: str, **options: Any) -> MergeBuilder:
+        """Start a MERGE of ``source`` (Arrow, pandas, Polars, a ``RecordBatchReader``) into this table
+        ``on`` a condition of ``target`` and ``source`` columns; add ``when_...`` clauses, then
+        ``execute()``, as Delta Spark's and deltalake's MERGE builders. See ``row_changes.merge``."""
+        return MergeBuilder(self, source, on, **options)
 
     # -- maintenance ------------------------------------------------------------------------------------
     def checkpoint(self, version: int | None = None, parts: int | None = None) -> LastCheckpoint:

@@ -20,24 +20,30 @@ then fails are deleted.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import time
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_delta.log import AddFile, CommitOutcomeUnknownError, DeltaTable, Transaction
-from airflow_provider_delta.log.base.errors import (
-    InvalidConditionError,
-)
+from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log.base.errors import InvalidConditionError
 from airflow_provider_delta.log.commits.change_data import CHANGE_TYPE
-from airflow_provider_delta.log.commits.row_deletion import delete_metrics
 from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError, Expr
 from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError
+from airflow_provider_delta.log.row_changes.row_change_commit import (  # noqa: F401 (the Spark engine's API)
+    INDEX,
+    PATH,
+    Changes,
+    commit,
+    num_records,
+    row_indexes,
+)
+from airflow_provider_delta.log.row_changes.target import (  # noqa: F401 (the Spark engine's API)
+    RowChangeResult,
+    already_committed,
+)
 from airflow_provider_delta.log.scans.scan import Scan
 from airflow_provider_delta.log.schema.partition_values import typed_partition_values
 from airflow_provider_delta.log.writes.write_plan import rewrite_plan
@@ -55,32 +61,9 @@ if TYPE_CHECKING:
 
     from airflow_provider_delta.log import Snapshot
 
-PATH = "__delta_file_path"  # the target row's file (as the log names it) and its row index in that file
-INDEX = "__delta_row_index"
 ROW_ID = "__delta_row_id"  # on tables that track rows: the row's id and commit version ("Row Tracking")
 ROW_VERSION = "__delta_row_commit_version"
 _IDENTIFIER = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")  # SQL identifiers, quoted or bare
-
-
-@dataclass(frozen=True)
-class RowChangeResult:
-    """A DELETE, UPDATE or MERGE: the version committed (``None`` when nothing changed, so nothing was
-    committed), Delta Spark's metrics of the operation, and whether ``app_id`` had committed it already."""
-
-    version: int | None
-    metrics: dict[str, int] = field(default_factory=dict)
-    already_committed: bool = False
-
-
-def already_committed(target: Target, app_id: str | None, app_version: int | None) -> RowChangeResult | None:
-    """"Transaction Identifiers": when the table holds ``app_id`` at ``app_version`` or later, nothing
-    runs."""
-    if (app_id is None) != (app_version is None):
-        raise ValueError("pass app_id and app_version together")
-    if app_id is None or target.snap.app_transactions.get(app_id, -1) < int(app_version):
-        return None
-    holder = target.table.locate_app_transaction(app_id, target.snap.version)
-    return RowChangeResult(holder, {}, already_committed=True)
 
 
 # -- conditions -----------------------------------------------------------------------------------------
@@ -270,15 +253,6 @@ def not_set(target: Target, given: Collection[str]) -> list[str]:
     return [g for g in generated_columns(target.metadata.schema) if g.lower() not in names]
 
 
-def row_indexes(hits: pa.Table) -> dict[str, list[int]]:
-    """``{file: sorted row indexes}`` from a table of ``PATH`` and ``INDEX``."""
-    if hits.num_rows == 0:
-        return {}
-    grouped = hits.group_by(PATH, use_threads=False).aggregate([(INDEX, "list")])
-    paths, indexes = grouped.column(PATH).to_pylist(), grouped.column(f"{INDEX}_list").to_pylist()
-    return {p: sorted(i) for p, i in zip(paths, indexes, strict=True)}
-
-
 def files_named(files: pa.Table, paths: Iterable[str]) -> pa.Table:
     return files.filter(pc.is_in(files.column("path"), pa.array(sorted(set(paths)), pa.string())))
 
@@ -305,84 +279,3 @@ def change_rows(target: Target, rows: DataFrame, change_type: str | Column) -> p
 
     kind = F.lit(change_type) if isinstance(change_type, str) else change_type
     return rows.select(*[F.col(quote(c)) for c in target.columns], kind.alias(CHANGE_TYPE)).toArrow()
-
-
-def num_records(adds: Iterable[AddFile]) -> int:
-    """Live rows of files from their stats: ``numRecords`` less the rows their deletion vectors delete."""
-    total = 0
-    for a in adds:
-        total += a.num_records or 0
-        total -= int((a.deletion_vector or {}).get("cardinality", 0))
-    return total
-
-
-# -- the commit -----------------------------------------------------------------------------------------
-@dataclass
-class Changes:
-    """What one row-level operation commits."""
-
-    adds: list[AddFile] = field(default_factory=list)  # new data files (updated, copied, inserted rows)
-    removes: list[AddFile] = field(default_factory=list)  # files removed whole
-    deletes: dict[str, list[int]] = field(default_factory=dict)  # rows marked by deletion vectors
-    change_data: list[pa.Table] = field(default_factory=list)
-    read_files: list[str] = field(default_factory=list)
-    identity_marks: dict[str, int] = field(default_factory=dict)  # identity values generated (inserts)
-
-
-def commit(
-    target: Target,
-    changes: Changes,
-    condition: str | None,
-    params: dict[str, Any],
-    metrics: dict[str, int],
-    app_id: str | None,
-    app_version: int | None,
-    *,
-    dv_metric_names: Mapping[str, str | None] | None = None,
-    cdc_metric: str = "numAddedChangeFiles",
-) -> RowChangeResult:
-    """Commit ``changes`` once through the core; on any failure but an unknown outcome, delete the data
-    files written for it. The deletes' metrics (``row_deletion.delete_metrics``) go into ``metrics`` under
-    ``dv_metric_names`` (a name mapped to None is left out)."""
-    txn: Transaction | None = None
-    try:
-        txn = Transaction(target.table, target.snap)
-        if target.evolved:
-            txn.update_metadata(target.metadata)  # first: change data is written under it
-        if changes.identity_marks:
-            txn.set_identity_high_water_marks(changes.identity_marks)
-        if app_id is not None:
-            txn.set_app_transaction(app_id, int(app_version))
-        if condition is None:
-            txn.read_whole_table()
-        else:
-            txn.read_predicate(condition)
-        txn.read_files(changes.read_files)
-        txn.add_files(changes.adds, constraints_checked=True)  # checked on every row before writing
-        txn.remove_files(changes.removes)
-        if changes.deletes:
-            txn.delete_rows(changes.deletes)
-            names = dv_metric_names or {}
-            for key, value in delete_metrics(list(txn.row_deletes.files.values())).items():
-                if (name := names.get(key, key)) is not None:
-                    metrics[name] = value
-        cdc = [t for t in changes.change_data if t.num_rows]
-        if cdc:
-            txn.add_change_data(pa.concat_tables(cdc, promote_options="permissive"))
-        metrics[cdc_metric] = len(txn.cdc_files)
-        metrics["executionTimeMs"] = int((time.monotonic() - target.started) * 1000)
-        result = txn.commit(target.operation, params, operation_metrics=metrics)
-    except CommitOutcomeUnknownError:
-        raise  # the commit may be in the table: its files must stay
-    except BaseException:
-        written = [a.path for a in changes.adds] + [c.path for c in (txn.cdc_files if txn else [])]
-        _delete(target.table, written)
-        raise
-    return RowChangeResult(result.version, metrics, result.already_committed)
-
-
-def _delete(table: DeltaTable, paths: list[str]) -> None:
-    """Files written for a commit that did not happen: nothing references them, so they go at once."""
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            table.store.fs.rm(table.store.table_file(path))

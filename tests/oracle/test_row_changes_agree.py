@@ -1,10 +1,13 @@
-"""Our Spark DELETE, UPDATE and MERGE against Delta Spark 4.4's own, on two copies of one table.
+"""Our DELETE, UPDATE and MERGE, on Spark and on Arrow in the task, against Delta Spark 4.4's own, on two
+copies of one table.
 
 Delta Spark creates a table (change data feed on; deletion vectors on or off; column mapping on or off;
 partitioned or not) and fills it; the table is copied. A seeded random workload of DELETEs, UPDATEs and
 MERGEs (conditions on data and partition columns, every MERGE clause kind) then runs step by step: Delta
-Spark's SQL on one copy, our ``delete``/``update``/``merge`` on the other. After each step both engines
-read both copies (Delta Spark reads ours, we read Delta Spark's) and all four give the same rows; both
+Spark's SQL on one copy, our ``delete``/``update``/``merge`` on the other (the Spark engine's, or
+``DeltaTable.delete``/``update``/``merge`` on Arrow with the source collected from the same query). After
+each step both engines read both copies (Delta Spark reads ours, we read Delta Spark's) and all four give
+the same rows; both
 commit (or neither does) with the same operation and the same row counts in their metrics. At the end
 Delta Spark's ``table_changes`` returns the same change rows, version by version, for both copies.
 """
@@ -112,8 +115,11 @@ def _merge_sql(uri: str, source: str, clauses: list) -> str:
     return " ".join(parts)
 
 
-def _our_merge(spark, uri: str, source: str, clauses: list):
-    builder = merge(spark.sql(source), uri, "target.id = source.id")
+def _our_merge(spark, uri: str, source: str, clauses: list, engine: str):
+    if engine == "arrow":
+        builder = DeltaTable(uri).merge(spark.sql(source).toArrow(), "target.id = source.id")
+    else:
+        builder = merge(spark.sql(source), uri, "target.id = source.id")
     for kind, action, cond, sets in clauses:
         if kind == "matched" and action == "update":
             builder = builder.when_matched_update_all(cond) if sets is None else \
@@ -135,11 +141,13 @@ def _changes(oracle: Oracle, uri: str, start: int) -> list[str]:
                                      f"table_changes_by_path('{uri}', {start})"))  # fmt: skip
 
 
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_random_row_changes_agree_with_delta_spark(oracle: Oracle, spark, tmp_path: Path, case: str):
+def test_random_row_changes_agree_with_delta_spark(oracle: Oracle, spark, tmp_path: Path, case: str,
+                                                   engine: str):  # fmt: skip
     dv, cm, partitioned = CASES[case]
-    seed = SEED + list(CASES).index(case)
-    print(f"seed {seed} (ROW_CHANGES_SEED={SEED}), case {case}")
+    seed = SEED + list(CASES).index(case) + (100 if engine == "arrow" else 0)
+    print(f"seed {seed} (ROW_CHANGES_SEED={SEED}), case {case}, engine {engine}")
     rng = random.Random(seed)
     theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
     _create(oracle, theirs, dv, cm, partitioned)
@@ -155,19 +163,20 @@ def test_random_row_changes_agree_with_delta_spark(oracle: Oracle, spark, tmp_pa
             cond = _condition(rng)
             steps.append(f"DELETE WHERE {cond}")
             oracle.call("sql", f"DELETE FROM delta.`{theirs}` WHERE {cond}")
-            mine = delete(spark, ours, cond)
+            mine = DeltaTable(ours).delete(cond) if engine == "arrow" else delete(spark, ours, cond)
         elif op == "UPDATE":
             cond = _condition(rng)
             sets = rng.choice([{"v": "v + 1000"}, {"s": "concat(s, 'u')"}, {"p": "'c'", "v": "NULL"}])
             steps.append(f"UPDATE SET {sets} WHERE {cond}")
             assignments = ", ".join(f"{c} = {e}" for c, e in sets.items())
             oracle.call("sql", f"UPDATE delta.`{theirs}` SET {assignments} WHERE {cond}")
-            mine = update(spark, ours, sets, cond)
+            mine = DeltaTable(ours).update(sets, cond) if engine == "arrow" else \
+                update(spark, ours, sets, cond)  # fmt: skip
         else:
             source, clauses = _merge_step(rng)
             steps.append(_merge_sql("t", source, clauses))
             oracle.call("sql", _merge_sql(theirs, source, clauses))
-            mine = _our_merge(spark, ours, source, clauses)
+            mine = _our_merge(spark, ours, source, clauses, engine)
         where = f"step {step} ({steps[-1]}), seed {seed}"
         after = DeltaTable(theirs).version()
         assert (mine.version is not None) == (after > before), f"{where}: one engine committed, the other not"

@@ -137,7 +137,7 @@ def write_rows(
     _ = plan.compiled_rules, plan.compiled_generated
     removes = files_to_replace(snap, replace_where) if mode == "overwrite" and snap is not None else []
     identity = IdentityValues(plan.identity) if plan.identity else None
-    files = _Files(table.store, plan, target_file_size, identity)
+    files = PartitionedFiles(table.store, plan, target_file_size, identity)
     try:
         for batch in reader:
             files.write(batch)
@@ -181,7 +181,7 @@ def files_to_replace(snap: Snapshot, replace_where: str | None) -> list[AddFile]
     return AddFile.from_table(files)
 
 
-class _Files:
+class PartitionedFiles:
     """The data files of one write: open ones per partition, closed ones as ``add`` actions."""
 
     def __init__(self, store: Any, plan: WritePlan, target_file_size: int,
@@ -198,16 +198,25 @@ class _Files:
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=_WRITE_THREADS, thread_name_prefix="delta-write")
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Align ``batch`` to the table, check every rule, and append it to its partitions' files. With
+        the plan's ``hidden_columns`` (row tracking's materialized ids and versions) the batch carries
+        them by name; they are written as given, after the table's columns."""
+        hidden = [batch.column(name) for name in self.plan.hidden_columns]
+        if hidden:
+            batch = batch.drop_columns(list(self.plan.hidden_columns))
         rows = align(batch, self.plan)
         if self.identity is not None:
             rows = self.identity.fill(rows)
         check_rows(rows, self.plan.compiled_rules)
+        for name, column in zip(self.plan.hidden_columns, hidden, strict=True):
+            rows = rows.append_column(name, column)
         jobs: dict[tuple, tuple[dict[str, str | None], list[pa.Table]]] = {}
         for values, part in self._groups(rows):
             if part.num_rows:
                 arrays = [to_physical(part.column(c), self.physical.field(i).type)
                           for i, c in enumerate(self.data_columns)]  # fmt: skip
+                arrays += [part.column(name).cast(pa.int64()) for name in self.plan.hidden_columns]
                 # Values that record the same partition ("" and null both record null) share one job: two
                 # jobs of one partition at once would each open its file, and one file would be lost.
                 job = jobs.setdefault(tuple(values.items()), (values, []))
