@@ -502,3 +502,41 @@ def test_idle_poke_costs_one_request_on_s3(
     fs.pipe({f"{s3_bucket}/t/_delta_log/{latest + 2:020d}.json": commit_bytes(latest + 2)})
     done = sensor.poke(context)
     assert done.is_done and done.xcom_value == n_commits + 1
+
+
+@pytest.mark.s3
+def test_first_poke_with_an_app_id_reads_the_newest_checksum_and_the_commits_after_it(
+    tmp_path: Path, s3_server, s3_bucket, request_counter, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 35: a sensor's first poke in a fresh task is a cold read of the table. With version checksums
+    it reads ``_last_checkpoint``, the newest checksum and the commits after it: never the checkpoint,
+    never the commits the checksum covers, however big the table."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    local = tmp_path / "t"
+    table = DeltaTable(str(local))
+    for i in range(12):  # a checkpoint at 10; a checksum after every commit
+        table.write(pa.table({"id": [i]}), app_id="job", app_version=i)
+    table.write(pa.table({"id": [99]}), app_id="other", app_version=1)  # version 12
+    (local / "_delta_log" / f"{12:020d}.crc").unlink()  # as if another writer wrote none
+    assert (local / "_delta_log" / f"{10:020d}.checkpoint.parquet").exists()
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
+    for f in (local / "_delta_log").iterdir():
+        backend.put_object(s3_bucket, f"t/_delta_log/{f.name}", f.read_bytes())
+    conn = {
+        "conn_type": "delta",
+        "login": "testing",
+        "password": "testing",
+        "host": s3_server.endpoint_url,
+        "extra": {"storage_options": {"client_kwargs": {"region_name": "us-east-1"}}},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_DELTA_S3", json.dumps(conn))
+    sensor = DeltaVersionSensor(task_id="wait", table_uri=f"s3://{s3_bucket}/t", delta_conn_id="delta_s3",
+                                app_id="job", app_version=11)  # fmt: skip
+    request_counter.clear()
+    done = sensor.poke({})
+    assert done.is_done and done.xcom_value == 12
+    gets = [r.key.rsplit("/", 1)[-1] for r in request_counter.requests if r.method == "GET" and r.key]
+    expected = ["_last_checkpoint", f"{11:020d}.crc", f"{12:020d}.json"]
+    assert sorted(set(gets)) == sorted(expected), request_counter.requests
