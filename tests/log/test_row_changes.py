@@ -390,3 +390,68 @@ def test_random_merges_agree_with_deltalake(tmp_path):
         clauses(deltalake.DeltaTable(twin).merge(source, "target.id = source.id", source_alias="source",
                                                  target_alias="target")).execute()  # fmt: skip
         assert _rows(uri) == _rows(twin), case
+
+
+def test_a_streamed_source_is_spilled_and_only_what_matching_reads_stays_in_memory(tmp_path, monkeypatch):
+    """A ``RecordBatchReader`` source may be larger than memory: the join keys and the columns the clause
+    conditions read stay in memory, whole rows are spilled to a temporary Parquet file and read back for
+    the updated and inserted rows only; the spill is gone after the MERGE."""
+    from airflow_provider_delta.log.row_changes import merge_source
+
+    uri = _table(tmp_path, n=1000)
+    wide = "x" * 200
+    n = 20_000
+
+    def batches():
+        for start in range(0, n, 1000):
+            ids = pa.array(range(start * 3, (start + 1000) * 3, 3), pa.int64())  # every third id: 334 match
+            yield pa.record_batch({"id": ids, "region": pa.array(["a"] * 1000), "v": pa.array([1.5] * 1000),
+                                   "note": pa.array([wide] * 1000)})  # fmt: skip
+
+    schema = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.float64()),
+                        ("note", pa.string())])  # fmt: skip
+    seen = []
+    real = merge_source.MergeSource
+
+    def recording(data, needed):
+        source = real(data, needed)
+        seen.append(source)
+        return source
+
+    monkeypatch.setattr(merge_module, "MergeSource", recording)
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    result = (DeltaTable(uri).merge(reader, "target.id = source.id", merge_schema=True)
+              .when_matched_update({"v": "source.v"}, "source.v > 1")
+              .when_not_matched_insert_all().execute())  # fmt: skip
+    assert result.metrics["numTargetRowsUpdated"] == 334
+    assert result.metrics["numTargetRowsInserted"] == n - 334
+    (source,) = seen
+    assert source.narrow.column_names == ["id", "v"]  # the key and the condition's column; not the note
+    assert source._dir is None  # the spill was removed
+    rows = {r["id"]: r for r in _rows(uri)}
+    assert len(rows) == 1000 + n - 334 and rows[3]["v"] == 1.5 and rows[3]["note"] is None
+    assert rows[3 * (n - 1)]["note"] == wide and rows[2]["v"] == 2.0
+
+
+def test_merge_reads_only_the_files_whose_key_range_holds_a_source_key(tmp_path, monkeypatch):
+    """Ten files of consecutive ids; the source updates ids in files 2 and 7 and inserts new ids past the
+    end: only files 2 and 7 are read (the source's overall range spans files 2 to 9)."""
+    uri = str(tmp_path / "t")
+    for f in range(10):
+        ids = pa.array(range(f * 100, f * 100 + 100), pa.int64())
+        DeltaTable(uri).write(pa.table({"id": ids, "v": pa.array([0.0] * 100)}))
+    read = []
+    real = merge_module.target_batches
+
+    def recording(target, files, columns=None):
+        read.append(sorted(files.column("path").to_pylist()))
+        return real(target, files, columns)
+
+    monkeypatch.setattr(merge_module, "target_batches", recording)
+    source = pa.table({"id": pa.array([205, 250, 777, 5000], pa.int64()), "v": [1.0, 2.0, 3.0, 4.0]})
+    result = _upsert(DeltaTable(uri), source).execute()
+    assert result.metrics["numTargetRowsUpdated"] == 3 and result.metrics["numTargetRowsInserted"] == 1
+    first_pass = read[0]
+    assert len(first_pass) == 2, first_pass  # the files of ids 200-299 and 700-799
+    rows = {r["id"]: r["v"] for r in _rows(uri)}
+    assert (rows[205], rows[250], rows[777], rows[5000], rows[206]) == (1.0, 2.0, 3.0, 4.0, 0.0)

@@ -214,9 +214,12 @@ def _replaced(rows: pa.Table, name: str, value: pa.ChunkedArray) -> pa.Table:
 
 
 def change_rows(target: Target, rows: pa.Table, kind: str) -> pa.Table:
-    """Rows as change data: the table's columns (those ``rows`` lack as nulls) and ``_change_type``."""
-    columns = [c for c in target.columns if c in rows.column_names]
-    out = rows.select(columns)
+    """Rows as change data: the table's columns and ``_change_type``. New rows should be given as the
+    writer wrote them (``RowsWriter.write``), so that generated and identity values are there."""
+    fields = {f["name"]: f for f in target.metadata.schema["fields"]}
+    arrays = [rows.column(c) if c in rows.column_names else
+              pa.nulls(rows.num_rows, logical_type(fields[c]["type"])) for c in target.columns]  # fmt: skip
+    out = pa.table(arrays, names=list(target.columns))
     return out.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(kind), rows.num_rows))
 
 
@@ -248,10 +251,13 @@ class RowsWriter:
         self.files = PartitionedFiles(target.table.store, plan, size, self.identity)
         self.rows = 0
 
-    def write(self, rows: pa.Table) -> None:
-        if rows.num_rows:
-            self.files.write(project(self.target, rows))
-            self.rows += rows.num_rows
+    def write(self, rows: pa.Table) -> pa.Table:
+        """Write ``rows``; the rows as written (the table's columns, generated and identity values filled
+        in): what change data records of them."""
+        if not rows.num_rows:
+            return rows.select([c for c in self.target.columns if c in rows.column_names])
+        self.rows += rows.num_rows
+        return self.files.write(project(self.target, rows))
 
     def close(self) -> list[AddFile]:
         return self.files.close()

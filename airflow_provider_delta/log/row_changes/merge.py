@@ -62,12 +62,14 @@ from ..expressions.expressions import (
     conjunction,
 )
 from ..expressions.expressions import literal as literal_of
+from ..expressions.skipping import FileStatistics
 from ..expressions.sql_parser import parse
 from ..features.identity import identity_columns
 from ..scans.scan import Scan
 from ..schema.physical_columns import logical_type
+from ..schema.schema import physical_name
+from ..schema.stats import typed_file_stats
 from ..writes.write_plan import plan_write
-from ..writes.write_rows import as_reader
 from .arrow_rows import (
     ROW_VERSION,
     RowsWriter,
@@ -76,8 +78,8 @@ from .arrow_rows import (
     files_named,
     new_rows,
     target_batches,
-    without_views,
 )
+from .merge_source import MergeSource
 from .row_change_commit import INDEX, PATH, Changes, commit, num_records, row_indexes
 from .target import RowChangeResult, Target, already_committed, open_target
 
@@ -154,7 +156,11 @@ class MergeBuilder:
         target = open_target(self.table, "MERGE")
         if (done := already_committed(target, self.app_id, self.app_version)) is not None:
             return done
-        return _Merge(self, target).run()
+        run = _Merge(self, target)
+        try:
+            return run.run()
+        finally:
+            run.full.close()
 
 
 def check_clauses(clauses: Sequence[Clause]) -> None:
@@ -244,11 +250,15 @@ class _Merge:
     def __init__(self, builder: MergeBuilder, target: Target) -> None:
         self.builder, self.target = builder, target
         self.t_alias, self.s_alias = builder.target_alias, builder.source_alias
-        self.source = without_views(as_reader(builder.source).read_all())
+        needed = _words(builder.on, [c.condition for c in builder.clauses])
+        started = time.monotonic()
+        self.full = MergeSource(builder.source, needed)
+        self.materialized_ms = int((time.monotonic() - started) * 1000)
+        self.source = self.full.narrow  # the columns matching reads; whole rows come from ``full``
         if builder.merge_schema:
             self._evolve()
         self.target_names = {c.lower(): c for c in target.columns}
-        self.source_names = {c.lower(): c for c in self.source.column_names}
+        self.source_names = {c.lower(): c for c in self.full.column_names}
         self.on = _expr(builder.on, "the MERGE condition")
         self.keys, self.residual, self.target_only = self._split(self.on)
         if not self.keys:
@@ -267,7 +277,7 @@ class _Merge:
         schema evolution for ``*`` clauses, through the write planner's schema merge."""
         target = self.target
         known = {c.lower() for c in target.columns}
-        extra = [f for f in self.source.schema if f.name.lower() not in known]
+        extra = [f for f in self.full.schema if f.name.lower() not in known]
         if not extra:
             return
         plan = plan_write(target.snap, pa.schema(extra), partition_by=None, schema_mode="merge",
@@ -366,14 +376,14 @@ class _Merge:
         started = time.monotonic()
         acts, source_matched, per_clause = self._find(files)
         metrics: dict[str, int] = {}
-        metrics["materializeSourceTimeMs"] = 0  # read into memory with the builder's source
+        metrics["materializeSourceTimeMs"] = self.materialized_ms
         metrics["scanTimeMs"] = int((time.monotonic() - started) * 1000)
-        inserts = self._inserts(source_matched)
-        for i, rows in inserts.items():
-            per_clause[i] = rows.num_rows
+        inserts, insert_clauses = self._inserts(source_matched)
+        for i, n in zip(*np.unique(insert_clauses, return_counts=True), strict=True):
+            per_clause[int(i)] = int(n)
         metrics.update(merge_metrics(builder.clauses, per_clause, self.source.num_rows))
         every_file = not target.deletion_vectors and self.every_row  # as Delta Spark's full outer join
-        inserted = sum(r.num_rows for r in inserts.values())
+        inserted = len(inserts)
         if acts.num_rows == 0 and not inserted and not (every_file and files.num_rows):
             return RowChangeResult(None, metrics)
         changes = Changes(read_files=files.column("path").to_pylist())
@@ -386,10 +396,7 @@ class _Merge:
         try:
             touched = files if every_file else files_named(files, acts.column(PATH).to_pylist())
             self._rewrite(touched, acts, rewriter, changes)
-            for rows in inserts.values():
-                inserter.write(rows)
-                if target.change_data:
-                    changes.change_data.append(change_rows(target, rows, "insert"))
+            self._insert(inserts, insert_clauses, inserter, changes)
             changes.adds = rewriter.close() + (inserter.close() if inserter is not rewriter else [])
         except BaseException:
             rewriter.delete()
@@ -438,7 +445,37 @@ class _Merge:
         if not terms:
             return snap.files, None
         condition = conjunction(terms)
-        return Scan(snap, columns=self.target.columns[:1], filter=condition).files, condition
+        files = Scan(snap, columns=self.target.columns[:1], filter=condition).files
+        for t, s in self.keys:
+            if t.lower() not in partitions:
+                files = self._holding_keys(files, t, s)
+        return files, condition
+
+    def _holding_keys(self, files: pa.Table, t: str, s: str) -> pa.Table:
+        """The files whose statistics range of key ``t`` holds at least one of the source's keys, not
+        only the source's overall range: a day's changes spread over a few files of a big table read
+        those files. Integer and date keys only, whose statistics are exact (timestamps are truncated to
+        milliseconds and strings to a prefix); a file without statistics is kept."""
+        values = self._key_values(t, s)
+        if values is None or files.num_rows == 0 or "stats" not in files.column_names:
+            return files
+        if not (pa.types.is_integer(values.type) or pa.types.is_date32(values.type)):
+            return files
+        as_int = pa.int32() if pa.types.is_date32(values.type) else values.type
+        keys = np.unique(values.drop_null().cast(as_int).to_numpy().astype(np.int64))
+        config = self.target.snap.table_configuration
+        physical = {f["name"].lower(): physical_name(f, config.column_mapping_mode)
+                    for f in config.metadata.schema["fields"]}  # fmt: skip
+        facts = FileStatistics(files.num_rows, pa.table({}), typed_file_stats(config.stats_schema, files),
+                               physical)  # fmt: skip
+        low, high = facts.stat("minValues", (t,)), facts.stat("maxValues", (t,))
+        if low is None or high is None or low.type != values.type or high.type != values.type:
+            return files
+        info = np.iinfo(np.int64)
+        lo = pc.fill_null(low.cast(as_int).cast(pa.int64()), info.min).to_numpy()
+        hi = pc.fill_null(high.cast(as_int).cast(pa.int64()), info.max).to_numpy()
+        held = np.searchsorted(keys, hi, side="right") - np.searchsorted(keys, lo, side="left")
+        return files.filter(pa.array(held > 0))
 
     def _key_values(self, t: str, s: str) -> pa.Array | None:
         """The source's values of a key in the target column's type (None when they do not cast)."""
@@ -545,7 +582,7 @@ class _Merge:
         columns: dict[str, Any] = {}
         aliases = {self.t_alias.lower(), self.s_alias.lower()}
         sides = [(self.t_alias, t_rows, self.target.columns),
-                 (self.s_alias, s_rows, self.source.column_names)]  # fmt: skip
+                 (self.s_alias, s_rows, self.full.column_names)]  # fmt: skip
         for alias, rows, names in sides:
             if rows is None:
                 continue
@@ -572,21 +609,29 @@ class _Merge:
                          _CLAUSE: pa.array(chosen, pa.int64()),
                          _SROW: pa.array(srow, pa.int64())})  # fmt: skip
 
-    def _inserts(self, source_matched: np.ndarray) -> dict[int, pa.Table]:
-        """Pass 3's rows: the unmatched source rows each NOT MATCHED clause inserts, as table rows."""
+    def _inserts(self, source_matched: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The unmatched source rows a NOT MATCHED clause inserts (ascending) and the clause of each,
+        decided on the columns in memory."""
         plans = [(i, p) for i, p in enumerate(self.plans) if p.clause.when == NOT_MATCHED]
+        none = np.empty(0, np.int64)
         if not plans:
-            return {}
+            return none, none
         unmatched = np.flatnonzero(~source_matched)
-        rows = self.source.take(pa.array(unmatched))
-        scope = self._scope(None, rows)
-        chosen = _choose(plans, scope)
-        out = {}
-        for i, plan in plans:
-            taken = np.flatnonzero(chosen == i)
-            part = scope.take(pa.array(taken))
-            out[i] = new_rows(self.target, _rows(part.num_rows), plan.values, part, "MERGE")
-        return out
+        chosen = _choose(plans, self._scope(None, self.source.take(pa.array(unmatched))))
+        taken = chosen >= 0
+        return unmatched[taken], chosen[taken]
+
+    def _insert(self, rows: np.ndarray, clauses: np.ndarray, writer: RowsWriter, changes: Changes) -> None:
+        """Pass 3: the inserted rows' values from the whole source rows, a part of the source at a time."""
+        for at, whole in self.full.chunks(rows):
+            which = clauses[np.searchsorted(rows, at)]
+            scope = self._scope(None, whole)
+            for i in np.unique(which).tolist():
+                part = scope.filter(pa.array(which == i))
+                new = new_rows(self.target, _rows(part.num_rows), self.plans[i].values, part, "MERGE")
+                written = writer.write(new)
+                if self.target.change_data:
+                    changes.change_data.append(change_rows(self.target, written, "insert"))
 
     def _generated_identity(self) -> list[Any]:
         """The identity columns an insert clause leaves to the table to generate."""
@@ -619,18 +664,30 @@ class _Merge:
                         changes.change_data.append(change_rows(target, old, "delete"))
                     continue
                 sources = srow[clause == i]
-                src = self.source.take(pa.array(sources)) if (sources >= 0).all() else None
+                src = self.full.take(sources) if (sources >= 0).all() else None
                 scope = self._scope(old, src)
                 new = new_rows(target, old, plan.values, scope, "MERGE")
                 if target.kept:  # an updated row keeps its id and takes the commit's version
                     new = new.set_column(new.column_names.index(ROW_VERSION), ROW_VERSION,
                                          pa.nulls(new.num_rows, pa.int64()))  # fmt: skip
-                writer.write(new.drop_columns([_POS]))
+                written = writer.write(new.drop_columns([_POS]))
                 if target.change_data:
                     changes.change_data.append(change_rows(target, old, "update_preimage"))
-                    changes.change_data.append(change_rows(target, new, "update_postimage"))
+                    changes.change_data.append(change_rows(target, written, "update_postimage"))
             if not target.deletion_vectors:
                 writer.write(rows.filter(pa.array(~changed)).drop_columns([_POS]))
+
+
+def _words(on: Any, conditions: Sequence[Any]) -> set[str] | None:
+    """Every name the ON condition and the clause conditions use, lower-case (qualifiers too): the source
+    columns matching reads. None (every column) when one is not SQL text."""
+    out: set[str] = set()
+    for text in (on, *conditions):
+        if text is None:
+            continue
+        expr = _expr(text, "a MERGE condition")
+        out.update(part.lower() for path in expr.columns() for part in path)
+    return out
 
 
 def _choose(plans: Sequence[tuple[int, _Plan]], scope: pa.Table) -> np.ndarray:

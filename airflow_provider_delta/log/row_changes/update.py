@@ -94,12 +94,12 @@ def update(
             if target.kept:  # an updated row keeps its id and takes the commit's version
                 new = new.set_column(new.column_names.index(ROW_VERSION), ROW_VERSION,
                                      pa.nulls(new.num_rows, pa.int64()))  # fmt: skip
-            writer.write(new)
+            written = writer.write(new)
             if not target.deletion_vectors:
                 writer.write(rows.filter(pc.invert(mask)))  # copy-on-write: the file's other rows
             if target.change_data:
                 changes.change_data.append(change_rows(target, old, "update_preimage"))
-                changes.change_data.append(change_rows(target, new, "update_postimage"))
+                changes.change_data.append(change_rows(target, written, "update_postimage"))
         changes.adds = writer.close()
     except BaseException:
         writer.delete()

@@ -198,10 +198,11 @@ class PartitionedFiles:
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=_WRITE_THREADS, thread_name_prefix="delta-write")
 
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Align ``batch`` to the table, check every rule, and append it to its partitions' files. With
-        the plan's ``hidden_columns`` (row tracking's materialized ids and versions) the batch carries
-        them by name; they are written as given, after the table's columns."""
+    def write(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+        """Align ``batch`` to the table, check every rule, and append it to its partitions' files; the
+        rows as written (the table's columns, generated and identity values filled in), which is what
+        change data records. With the plan's ``hidden_columns`` (row tracking's materialized ids and
+        versions) the batch carries them by name; they are written as given, after the table's columns."""
         hidden = [batch.column(name) for name in self.plan.hidden_columns]
         if hidden:
             batch = batch.drop_columns(list(self.plan.hidden_columns))
@@ -209,6 +210,7 @@ class PartitionedFiles:
         if self.identity is not None:
             rows = self.identity.fill(rows)
         check_rows(rows, self.plan.compiled_rules)
+        written = rows
         for name, column in zip(self.plan.hidden_columns, hidden, strict=True):
             rows = rows.append_column(name, column)
         jobs: dict[tuple, tuple[dict[str, str | None], list[pa.Table]]] = {}
@@ -229,6 +231,7 @@ class PartitionedFiles:
         for future in futures:
             future.result()
         self._bound_memory()
+        return written
 
     def _append(self, values: dict[str, str | None], physical: pa.Table) -> None:
         key = tuple(values.items())
