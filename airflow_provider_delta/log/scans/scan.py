@@ -30,6 +30,7 @@ from ..expressions.sql_parser import parse
 from ..schema.partition_values import typed_partition_values
 from ..schema.schema import physical_name
 from ..schema.stats import typed_file_stats
+from .checkpoint_skipping import CheckpointRowGroups
 from .scan_file import (
     FileTask,
     ReadSpec,
@@ -135,7 +136,12 @@ class Scan:
         snap = self.snapshot
         if self.filter is None or isinstance(self.filter, Opaque) or snap.files_loaded:
             return self._plan(snap.files)
-        files, self.candidates = snap.filtered_files(lambda batch: self._plan(batch, streamed=True))
+        groups = CheckpointRowGroups(self.filter, snap.table_configuration)
+        files, seen = snap.filtered_files(lambda batch: self._plan(batch, streamed=True), groups)
+        # The files of skipped row groups were never seen: the live count is the checksum's when it has
+        # one, else the skipped groups' adds (an upper bound: a later commit may have removed some).
+        counted = snap.checksum is not None and snap.checksum.totals is not None
+        self.candidates = snap.num_files if counted and groups.skipped_files else seen + groups.skipped_files
         return files
 
     def _plan(self, files: pa.Table, *, streamed: bool = False) -> pa.Table:

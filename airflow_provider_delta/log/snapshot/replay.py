@@ -72,6 +72,8 @@ class TableState:
 _CHECKPOINT_COLUMNS = (
     "add", "remove", "metaData", "protocol", "txn", "domainMetadata", "sidecar", "checkpointMetadata"
 )  # fmt: skip
+# Chooses the row groups of a checkpoint Parquet file to read for its files (None: all of them).
+RowGroupChooser = Callable[[pq.ParquetFile], "list[int] | None"]
 _SMALL_COLUMNS = ("metaData", "protocol", "txn", "domainMetadata", "sidecar", "checkpointMetadata")
 _SIDECAR_COLUMNS = ("add", "remove")
 _BATCH_ROWS = 65_536
@@ -87,10 +89,12 @@ def _parquet_steps(
     *,
     sidecar: bool = False,
     small_only: bool = False,
+    row_groups: RowGroupChooser | None = None,
 ) -> Iterator[None]:
     """Stream one checkpoint Parquet file into ``acc``, batch by batch, yielding after each (with
     ``small_only``, only the row groups that may hold one of the ``wanted`` small actions, as their
-    statistics tell).
+    statistics tell; with ``row_groups``, only the row groups it chooses for their files and those that
+    may hold a small action).
 
     Files that a later commit touches are dropped per batch, so the whole checkpoint is never held twice:
     a checkpoint of millions of files costs about one copy of its live file list. A sidecar must have the
@@ -115,6 +119,8 @@ def _parquet_steps(
         # keeps 10-15 MiB after it. A full read keeps them: its stats columns are worth decoding in parallel.
         threads = acc.fields.complete and not small_only
         groups = row_groups_with_small_actions(pf, wanted) if small_only else None
+        if row_groups is not None and not small_only:
+            groups = _chosen(pf, row_groups, sidecar)
         if groups == []:
             return
         for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=threads,
@@ -125,6 +131,18 @@ def _parquet_steps(
         raise
     except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
         raise CheckpointReadError(f"cannot read checkpoint file {path}: {exc}") from exc
+
+
+def _chosen(pf: pq.ParquetFile, row_groups: RowGroupChooser, sidecar: bool) -> list[int] | None:
+    """The row groups ``row_groups`` chooses, and (in a checkpoint, not a sidecar) every one that may hold
+    a small action: a checkpoint is validated by its protocol and metaData wherever they are."""
+    chosen = row_groups(pf)
+    if chosen is None or sidecar:
+        return chosen
+    small = row_groups_with_small_actions(pf, _SMALL_COLUMNS)
+    if small is None:
+        return None
+    return sorted(set(chosen) | set(small))
 
 
 def _projected_columns(schema: pa.Schema, wanted: tuple[str, ...], fields: FileFields) -> list[str]:
@@ -240,6 +258,7 @@ def checkpoint_steps(
     touched: pa.Array | None = None,
     *,
     small_only: bool = False,
+    row_groups: RowGroupChooser | None = None,
 ) -> Iterator[None]:
     """Read the segment's checkpoint into ``acc``, leaving out files whose keys are in ``touched``,
     yielding after each batch (a caller may take ``acc.adds`` away there: a streamed file list).
@@ -261,7 +280,8 @@ def checkpoint_steps(
             yield
         else:
             wanted = _SMALL_COLUMNS if small_only else _CHECKPOINT_COLUMNS
-            yield from _parquet_steps(acc, store, path, wanted, cp.version, touched, small_only=small_only)
+            yield from _parquet_steps(acc, store, path, wanted, cp.version, touched, small_only=small_only,
+                                      row_groups=row_groups)  # fmt: skip
     where = f"checkpoint {', '.join(store.log_file(n) for n in cp.names)}"
     if acc.protocol is None or acc.metadata is None:
         missing = " and ".join(
@@ -275,7 +295,8 @@ def checkpoint_steps(
     # V2 checkpoints keep their file actions in sidecar files ("V2 Checkpoint", "Sidecar Files").
     for rel in acc.sidecars:
         path = store.log_file(posixpath.join("_sidecars", rel)) if "/" not in rel else _resolve(store, rel)
-        yield from _parquet_steps(acc, store, path, _SIDECAR_COLUMNS, cp.version, touched, sidecar=True)
+        yield from _parquet_steps(acc, store, path, _SIDECAR_COLUMNS, cp.version, touched, sidecar=True,
+                                  row_groups=row_groups)  # fmt: skip
     acc.sidecars.clear()
 
 
@@ -526,11 +547,13 @@ def stream_live_files(
     cover: Sequence[FileMeta],
     fields: FileFields,
     keep: Callable[[pa.Table], pa.Table],
+    row_groups: RowGroupChooser | None = None,
 ) -> Iterator[pa.Table]:
     """The live files of ``segment`` as a stream of tables, each already cut down by ``keep`` (a filter of
     the rows a caller wants): only what ``keep`` keeps is ever held, so a filtered scan of a table of
-    millions of files holds its matches, not the table (see ``stream_file_actions``)."""
-    for kind, table in stream_file_actions(store, segment, commit_data, cover, fields):
+    millions of files holds its matches, not the table (see ``stream_file_actions``). ``row_groups``
+    chooses the checkpoint's row groups to read (those it leaves out must hold no file ``keep`` keeps)."""
+    for kind, table in stream_file_actions(store, segment, commit_data, cover, fields, row_groups=row_groups):
         if kind == "add" and (kept := keep(table)).num_rows:
             yield kept
 
@@ -543,6 +566,7 @@ def stream_file_actions(
     fields: FileFields,
     *,
     removes: bool = False,
+    row_groups: RowGroupChooser | None = None,
 ) -> Iterator[tuple[str, pa.Table]]:
     """The reconciled file actions of ``segment`` as a stream of ``("add" | "remove", table)``: the
     checkpoint is read batch by batch and nothing is held but the batch at hand and the commits' own
@@ -554,7 +578,8 @@ def stream_file_actions(
     commit_adds = concat_file_actions(new.adds, fields.add_type)
     commit_removes = concat_file_actions(new.removes, fields.remove_type)
     acc = Actions(fields=fields)
-    for _ in checkpoint_steps(acc, store, segment, _touched(commit_adds, commit_removes)):
+    touched = _touched(commit_adds, commit_removes)
+    for _ in checkpoint_steps(acc, store, segment, touched, row_groups=row_groups):
         for table in acc.adds:
             yield "add", table
         if removes:

@@ -49,6 +49,7 @@ from ..schema.stats import typed_file_stats
 from .history import read_commit_info
 from .replay import (
     CheckpointReadError,
+    RowGroupChooser,
     TableState,
     apply_commits,
     check_metadata,
@@ -211,21 +212,26 @@ class Snapshot:
             return self.checksum.totals.table_size_bytes
         return int(pc.sum(self.files.column("size")).as_py() or 0)
 
-    def filtered_files(self, keep: Callable[[pa.Table], pa.Table]) -> tuple[pa.Table, int]:
+    def filtered_files(
+        self, keep: Callable[[pa.Table], pa.Table], row_groups: RowGroupChooser | None = None
+    ) -> tuple[pa.Table, int]:
         """The live files ``keep`` keeps (a function cutting a table of ``files`` rows down to the wanted
         ones), and how many live files it was given. When the file list is not in memory it is streamed:
         the checkpoint batch by batch, each cut down as it is read, so a filtered scan of a table of
-        millions of files holds only its matches (delta-kernel-rs's scan over log replay)."""
+        millions of files holds only its matches (delta-kernel-rs's scan over log replay). ``row_groups``
+        chooses the checkpoint row groups worth reading (the files of the others are not counted)."""
         if not self.files_loaded:
             try:
-                return self._streamed(keep)
+                return self._streamed(keep, row_groups)
             except (CheckpointReadError, FileNotFoundError) as exc:
                 # A broken checkpoint or one deleted under the reader: the whole replay, with its fallbacks.
                 log.info("streaming the file list of %s failed (%s); replaying it whole", self.store.uri, exc)
         files = self.files
         return keep(files), files.num_rows
 
-    def _streamed(self, keep: Callable[[pa.Table], pa.Table]) -> tuple[pa.Table, int]:
+    def _streamed(
+        self, keep: Callable[[pa.Table], pa.Table], row_groups: RowGroupChooser | None
+    ) -> tuple[pa.Table, int]:
         seen = 0
 
         def counted(table: pa.Table) -> pa.Table:
@@ -238,7 +244,8 @@ class Snapshot:
         names = [f.name for f in cover if commit_version(f.name) not in known]
         read = dict(zip(names, self.store.read_log_files(names), strict=True)) if names else {}
         datas = [known.get(commit_version(f.name)) or read[f.name] for f in cover]  # type: ignore[index]
-        tables = list(stream_live_files(self.store, self.segment, datas, cover, self.fields, counted))
+        tables = list(stream_live_files(self.store, self.segment, datas, cover, self.fields, counted,
+                                        row_groups))  # fmt: skip
         if not tables:
             return concat_file_actions([], self.fields.add_type, versioned=False), seen
         return (pa.concat_tables(tables) if len(tables) > 1 else tables[0]), seen
