@@ -31,8 +31,10 @@ from .arrow_rows import (
     condition_of,
     files_named,
     files_where,
+    hit_mask,
     only_partitions,
     referenced,
+    rewrite_each,
     target_batches,
 )
 from .row_change_commit import INDEX, PATH, Changes, commit, num_records, row_indexes
@@ -76,17 +78,13 @@ def delete(
         elif hits:
             rewrite_started = time.monotonic()
             touched = files_named(files, hits)
-            writer = RowsWriter(target)
-            try:
-                for rows in target_batches(target, touched):
-                    mask = predicate_mask(expr, rows)
-                    writer.write(rows.filter(pc.invert(mask)))
-                    if target.change_data:
-                        changes.change_data.append(change_rows(target, rows.filter(mask), "delete"))
-                changes.adds = writer.close()
-            except BaseException:
-                writer.delete()
-                raise
+
+            def rewrite(rows: pa.Table, writer: RowsWriter) -> list[pa.Table]:
+                mask = hit_mask(rows, hits)
+                writer.write(rows.filter(pc.invert(mask)))
+                return [change_rows(target, rows.filter(mask), "delete")] if target.change_data else []
+
+            changes.adds, changes.change_data = rewrite_each(target, touched, rewrite)
             changes.removes = AddFile.from_table(touched)
             metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),
                            numCopiedRows=num_records(changes.adds),

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..base.arrow_utils import empty_table
 from ..writes.write_rows import as_reader
 from .arrow_rows import without_views
 
@@ -64,10 +65,10 @@ class MergeSource:
         if self.table is not None:
             return self.table.take(pa.array(rows, pa.int64()))
         if not len(rows):
-            return self.schema.empty_table()
+            return empty_table(self.schema)
         order = np.argsort(rows, kind="stable")
         parts = list(self._in_order(rows[order]))
-        found = pa.concat_tables(parts) if parts else self.schema.empty_table()
+        found = pa.concat_tables(parts) if parts else empty_table(self.schema)
         back = np.empty_like(order)
         back[order] = np.arange(len(order))
         return found.take(pa.array(back))

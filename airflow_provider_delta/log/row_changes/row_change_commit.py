@@ -15,9 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..actions.actions import AddFile
+from ..base.arrow_utils import to_numpy
 from ..base.errors import CommitOutcomeUnknownError
 from ..commits.row_deletion import delete_metrics
 from ..commits.transaction import Transaction
@@ -50,12 +53,21 @@ def num_records(adds: Iterable[AddFile]) -> int:
 
 
 def row_indexes(hits: pa.Table) -> dict[str, list[int]]:
-    """``{file: sorted row indexes}`` from a table of ``PATH`` and ``INDEX``."""
+    """``{file: sorted row indexes}`` from a table of ``PATH`` and ``INDEX``. Grouped with numpy, not
+    ``Table.group_by``, whose first use imports Acero, ``pyarrow.dataset`` and pandas: a tenth of a second
+    and 45 MiB that a small DELETE in a fresh task would pay for nothing."""
     if hits.num_rows == 0:
         return {}
-    grouped = hits.group_by(PATH, use_threads=False).aggregate([(INDEX, "list")])
-    paths, indexes = grouped.column(PATH).to_pylist(), grouped.column(f"{INDEX}_list").to_pylist()
-    return {p: sorted(i) for p, i in zip(paths, indexes, strict=True)}
+    encoded = pc.dictionary_encode(hits.column(PATH).combine_chunks())
+    codes = to_numpy(encoded.indices)
+    indexes = to_numpy(hits.column(INDEX))
+    order = np.lexsort((indexes, codes))
+    codes, indexes = codes[order], indexes[order]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    names = encoded.dictionary.to_pylist()
+    bounds = zip(starts.tolist(), ends.tolist(), strict=True)
+    return {names[codes[s]]: indexes[s:e].tolist() for s, e in bounds}
 
 
 def commit(

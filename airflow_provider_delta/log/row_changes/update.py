@@ -35,8 +35,10 @@ from .arrow_rows import (
     check_columns,
     condition_of,
     files_named,
+    hit_mask,
     new_rows,
     referenced,
+    rewrite_each,
     target_batches,
 )
 from .row_change_commit import INDEX, PATH, Changes, commit, num_records, row_indexes
@@ -85,25 +87,22 @@ def update(
     changes = Changes(read_files=files.column("path").to_pylist())
     rewrite_started = time.monotonic()
     touched = files_named(files, hits)
-    writer = RowsWriter(target)
-    try:
-        for rows in target_batches(target, touched):
-            mask = matched(rows)
-            old = rows.filter(mask)
-            new = new_rows(target, old, values, old, "UPDATE")
-            if target.kept:  # an updated row keeps its id and takes the commit's version
-                new = new.set_column(new.column_names.index(ROW_VERSION), ROW_VERSION,
-                                     pa.nulls(new.num_rows, pa.int64()))  # fmt: skip
-            written = writer.write(new)
-            if not target.deletion_vectors:
-                writer.write(rows.filter(pc.invert(mask)))  # copy-on-write: the file's other rows
-            if target.change_data:
-                changes.change_data.append(change_rows(target, old, "update_preimage"))
-                changes.change_data.append(change_rows(target, written, "update_postimage"))
-        changes.adds = writer.close()
-    except BaseException:
-        writer.delete()
-        raise
+
+    def rewrite(rows: pa.Table, writer: RowsWriter) -> list[pa.Table]:
+        mask = hit_mask(rows, hits)
+        old = rows.filter(mask)
+        new = new_rows(target, old, values, old, "UPDATE")
+        if target.kept:  # an updated row keeps its id and takes the commit's version
+            new = new.set_column(new.column_names.index(ROW_VERSION), ROW_VERSION,
+                                 pa.nulls(new.num_rows, pa.int64()))  # fmt: skip
+        written = writer.write(new)
+        if not target.deletion_vectors:
+            writer.write(rows.filter(pc.invert(mask)))  # copy-on-write: the file's other rows
+        if not target.change_data:
+            return []
+        return [change_rows(target, old, "update_preimage"), change_rows(target, written, "update_postimage")]
+
+    changes.adds, changes.change_data = rewrite_each(target, touched, rewrite)
     if target.deletion_vectors:
         changes.deletes = hits
     else:

@@ -185,7 +185,7 @@ class PartitionedFiles:
     """The data files of one write: open ones per partition, closed ones as ``add`` actions."""
 
     def __init__(self, store: Any, plan: WritePlan, target_file_size: int,
-                 identity: IdentityValues | None = None) -> None:  # fmt: skip
+                 identity: IdentityValues | None = None, threads: int | None = None) -> None:  # fmt: skip
         self.store, self.plan, self.target, self.identity = store, plan, target_file_size, identity
         self.layout = layout = plan.layout
         self.data_columns = list(layout.data_columns)
@@ -196,7 +196,7 @@ class PartitionedFiles:
         self.made: list[str] = []
         self.sequence = 0
         self.lock = threading.Lock()
-        self.pool = ThreadPoolExecutor(max_workers=_WRITE_THREADS, thread_name_prefix="delta-write")
+        self.pool = ThreadPoolExecutor(threads or _WRITE_THREADS, thread_name_prefix="delta-write")
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         """Align ``batch`` to the table, check every rule, and append it to its partitions' files; the
