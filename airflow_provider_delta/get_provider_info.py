@@ -30,7 +30,7 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [_modules("hooks.delta")],
         "operators": [
             _modules("operators.commit", "operators.create", "operators.layout", "operators.maintenance",
-                     "operators.spark", "operators.write")
+                     "operators.row_changes", "operators.spark", "operators.write")
         ],
         "sensors": [_modules("sensors.delta")],
         "triggers": [_modules("triggers.delta")],

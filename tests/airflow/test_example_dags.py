@@ -36,6 +36,7 @@ DAG_IDS = {
     "delta_rows",
     "delta_changes_upstream",
     "delta_changes_downstream",
+    "delta_upsert",
 }
 DAYS = [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
 

@@ -319,6 +319,10 @@ def test_bad_merges_are_refused_by_name_before_anything_is_written(tmp_path):
     source = pa.table({"id": pa.array([1], pa.int64()), "v": [1.0]})
     with pytest.raises(InvalidConditionError, match="no equality"):
         DeltaTable(uri).merge(source, "target.id > source.id").when_matched_delete().execute()
+    with pytest.raises(ColumnNotFoundError, match="'target.idd', a column of neither"):
+        DeltaTable(uri).merge(source, "target.idd = source.id").when_matched_delete().execute()
+    with pytest.raises(ColumnNotFoundError, match="'v', which both"):
+        DeltaTable(uri).merge(source, "target.id = source.id AND v > 0").when_matched_delete().execute()
     with pytest.raises(ValueError, match="at least one WHEN"):
         DeltaTable(uri).merge(source, "target.id = source.id").execute()
     with pytest.raises(ValueError, match="needs a condition"):

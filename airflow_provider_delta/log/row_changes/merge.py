@@ -260,6 +260,7 @@ class _Merge:
         self.target_names = {c.lower(): c for c in target.columns}
         self.source_names = {c.lower(): c for c in self.full.column_names}
         self.on = _expr(builder.on, "the MERGE condition")
+        self._check_names(self.on, "the MERGE condition")
         self.keys, self.residual, self.target_only = self._split(self.on)
         if not self.keys:
             raise InvalidConditionError(
@@ -308,6 +309,22 @@ class _Merge:
             if in_s and not in_t:
                 return "s", self.source_names[name]
         return None
+
+    def _check_names(self, expr: Expr, what: str) -> None:
+        """Every column ``expr`` names resolves to one side: a misspelt or ambiguous name is refused by
+        name before anything is read."""
+        for path in expr.columns():
+            if self._side(Column(path[:2])) is not None or self._side(Column(path[:1])) is not None:
+                continue
+            name = path[0].lower()
+            if name in self.target_names and name in self.source_names:
+                raise ColumnNotFoundError(f"{what} names {path[0]!r}, which both {self.t_alias} and "
+                                          f"{self.s_alias} have: qualify it, e.g. {self.s_alias}.{path[0]}")
+            raise ColumnNotFoundError(
+                f"{what} names {'.'.join(path)!r}, a column of neither {self.t_alias} "
+                f"({', '.join(self.target_names.values())}) nor {self.s_alias} "
+                f"({', '.join(self.source_names.values())})"
+            )
 
     def _split(self, on: Expr) -> tuple[list[tuple[str, str]], list[Expr], list[Expr]]:
         """The ON condition's conjuncts: (target, source) equality keys, the rest, and the rest's terms
