@@ -130,6 +130,33 @@ def test_merge_applies_an_xcom_payload_once_per_interval(tmp_path: Path, dag_fil
     assert _xcom(later, "merge")["version"] == 3 and _rows(root)[2]["total"] == 30.0
 
 
+def test_a_merge_retried_after_its_commit_landed_applies_once(tmp_path: Path, dag_file):
+    """The first try commits, then dies before Airflow hears of it (a lost worker, a timeout): Airflow
+    retries the task, and the retry finds its app transaction in the table and changes nothing."""
+    root = tmp_path / "accounts"
+    _accounts(root)
+    body = f"""
+            class LosesAck(DeltaMergeOperator):
+                def execute(self, context):
+                    result = super().execute(context)
+                    if context["ti"].try_number == 1:
+                        raise RuntimeError("worker lost after the commit landed")
+                    return result
+            LosesAck(
+                task_id="merge", table_uri={str(root)!r}, on="target.id = source.id", retries=1,
+                retry_delay=dt.timedelta(0), data=[{{"id": 2, "total": 5.0, "day": "x"}}],
+                clauses=[{{"when": "matched", "then": "update",
+                           "set": {{"total": "target.total + source.total"}}}}],
+            )
+    """
+    run = dag_file("rc_retry", _dag("rc_retry", body)).dag.test(logical_date=DAY)
+    (ti,) = run.get_task_instances()
+    assert (ti.state, ti.try_number) == ("success", 2)
+    assert _xcom(run, "merge") == {"version": 2, "metrics": {}, "already_committed": True}
+    assert {i: r["total"] for i, r in _rows(root).items()} == {1: 10.0, 2: 25.0, 3: 30.0}  # once, not 30.0
+    assert DeltaTable(str(root)).version() == 2
+
+
 def test_an_empty_payload_commits_nothing(tmp_path: Path, dag_file):
     root = tmp_path / "accounts"
     _accounts(root)
