@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.base.errors import MergeCardinalityError
 from airflow_provider_delta.log.features.identity import IdentityColumn, high_water_marks
+from airflow_provider_delta.log.row_changes.merge import target_only_condition
 
 from .constraints import generated_columns, quote
 from .merge_clause import Clause
@@ -334,7 +335,9 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
              "numDeletionVectorsAdded": "numTargetDeletionVectorsAdded",
              "numDeletionVectorsRemoved": "numTargetDeletionVectorsRemoved",
              "numDeletionVectorsUpdated": "numTargetDeletionVectorsUpdated"}  # fmt: skip
-    return commit(target, changes, None, params, metrics, builder.app_id, builder.app_version,
+    # The read predicate, as Delta Spark records it: the ON condition's target-only terms (none: the table).
+    read = target_only_condition(builder.on, builder.target_alias)
+    return commit(target, changes, read, params, metrics, builder.app_id, builder.app_version,
                   dv_metric_names=names, cdc_metric="numTargetChangeFilesAdded")  # fmt: skip
 
 

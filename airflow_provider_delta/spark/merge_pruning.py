@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from airflow_provider_delta.log.expressions.expressions import Call, Column, Expr, conjunction, literal
 from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError, parse
+from airflow_provider_delta.log.row_changes.merge import target_only_condition
 from airflow_provider_delta.log.scans.scan import Scan
 
 from .merge_evolution import named_assignments
@@ -46,12 +47,14 @@ def merge_files(target: Target, source: DataFrame, on: str | None, t_alias: str,
     except UnsupportedExpressionError:
         return files
     keys = _same_typed(target, source, list(_equi_keys(expr, t_alias.lower(), s_alias.lower())))
+    # The ON condition's target-only terms (``target.p = 'b'``) rule files out whatever the source holds.
+    only = target_only_condition(on, t_alias)
+    terms: list[Expr] = [only] if only is not None else []
     if not keys:
-        return files
+        return Scan(target.snap, filter=only).files if only is not None else files
     from pyspark.sql import functions as F
 
     bounds = source.agg(*[f(F.col(f"`{s}`")) for _, s in keys for f in (F.min, F.max)]).first()
-    terms: list[Expr] = []
     for i, (t, _) in enumerate(keys):
         low, high = bounds[2 * i], bounds[2 * i + 1]
         if low is None:  # only NULL keys in the source: nothing matches on this key

@@ -9,7 +9,10 @@ Spark's SQL on one copy, our ``delete``/``update``/``merge`` on the other (the S
 each step both engines read both copies (Delta Spark reads ours, we read Delta Spark's) and all four give
 the same rows; both
 commit (or neither does) with the same operation and the same row counts in their metrics. At the end
-Delta Spark's ``table_changes`` returns the same change rows, version by version, for both copies.
+Delta Spark's ``table_changes`` returns the same change rows, version by version, for both copies; then
+Delta Spark goes on writing our copy, and deltalake reads it (``_delta_spark_goes_on``). MERGEs with NULL
+keys and with several source rows matching one target row (refused by both, unless the only matched
+clause is an unconditional delete) are held to the same.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from oracle_client import Oracle
+from duckdb_reader import deltalake_arrow_rows, deltalake_sql_rows
+from oracle_client import Oracle, OracleError
 from oracle_compare import our_rows
 
-from airflow_provider_delta.log import DeltaTable
+from airflow_provider_delta.log import DeltaTable, MergeCardinalityError
 from airflow_provider_delta.spark import delete, merge, update
 
 SEED = int(os.environ.get("ROW_CHANGES_SEED", "1414"))
@@ -177,20 +181,109 @@ def test_random_row_changes_agree_with_delta_spark(oracle: Oracle, spark, tmp_pa
             steps.append(_merge_sql("t", source, clauses))
             oracle.call("sql", _merge_sql(theirs, source, clauses))
             mine = _our_merge(spark, ours, source, clauses, engine)
-        where = f"step {step} ({steps[-1]}), seed {seed}"
-        after = DeltaTable(theirs).version()
-        assert (mine.version is not None) == (after > before), f"{where}: one engine committed, the other not"
-        assert DeltaTable(ours).version() == after, where
-        rows = oracle.call("rows", theirs)
-        assert oracle.call("rows", ours) == rows, f"{where}: Delta Spark reads different rows from our copy"
-        assert our_rows(spark, theirs) == rows == our_rows(spark, ours), f"{where}: our reads differ"
-        if mine.version is not None:
-            theirs_info = oracle.call("history", theirs)[0]
-            assert theirs_info["operation"] == op, where
-            expected = {k: int(theirs_info["operationMetrics"][k]) for k in ROW_METRICS[op]}
-            assert {k: mine.metrics[k] for k in ROW_METRICS[op]} == expected, where
-            ours_info = DeltaTable(ours).history(1)[0].commit_info
-            missing = set(theirs_info["operationMetrics"]) - set(ours_info["operationMetrics"])
-            assert not missing, f"{where}: metrics Delta Spark records and we do not: {sorted(missing)}"
+        _step_agrees(oracle, spark, theirs, ours, op, mine, before, f"step {step} ({steps[-1]}), seed {seed}")
     assert _changes(oracle, ours, start + 1) == _changes(oracle, theirs, start + 1), "table_changes differ"
     print(json.dumps(steps, indent=1))
+    _delta_spark_goes_on(oracle, theirs, ours, to_pyarrow=not (dv or cm))
+
+
+def _step_agrees(oracle: Oracle, spark, theirs: str, ours: str, op: str, mine, before: int,
+                 where: str) -> None:  # fmt: skip
+    """Both commit (or neither), the same version; all four reads give the same rows; the same operation
+    and row counts in the metrics, and every metric Delta Spark records is in ours."""
+    after = DeltaTable(theirs).version()
+    assert (mine.version is not None) == (after > before), f"{where}: one engine committed, the other not"
+    assert DeltaTable(ours).version() == after, where
+    rows = oracle.call("rows", theirs)
+    assert oracle.call("rows", ours) == rows, f"{where}: Delta Spark reads different rows from our copy"
+    assert our_rows(spark, theirs) == rows == our_rows(spark, ours), f"{where}: our reads differ"
+    if mine.version is not None:
+        theirs_info = oracle.call("history", theirs)[0]
+        assert theirs_info["operation"] == op, where
+        expected = {k: int(theirs_info["operationMetrics"][k]) for k in ROW_METRICS[op]}
+        assert {k: mine.metrics[k] for k in ROW_METRICS[op]} == expected, where
+        ours_info = DeltaTable(ours).history(1)[0].commit_info
+        missing = set(theirs_info["operationMetrics"]) - set(ours_info["operationMetrics"])
+        assert not missing, f"{where}: metrics Delta Spark records and we do not: {sorted(missing)}"
+
+
+def _delta_spark_goes_on(oracle: Oracle, theirs: str, ours: str, to_pyarrow: bool) -> None:
+    """Delta Spark appends to both copies and reads back the same rows from each. deltalake (delta-rs) reads
+    our copy as Delta Spark does: its SQL engine always, and ``to_pyarrow_table`` where it reads such a
+    table at all (it refuses deletion vectors, reads column-mapped data as NULL: test_duckdb_reads_ours)."""
+    for uri in (theirs, ours):
+        oracle.call("sql", f"INSERT INTO delta.`{uri}` VALUES (9000, 1, 'x', 'a'), (9001, NULL, NULL, 'c')")
+    rows = oracle.call("rows", theirs)
+    assert oracle.call("rows", ours) == rows, "Delta Spark's append to our copy reads back differently"
+    want = sorted(json.dumps(json.loads(r), sort_keys=True) for r in rows)
+    readers = {"deltalake SQL": deltalake_sql_rows}
+    if to_pyarrow:
+        readers["deltalake to_pyarrow_table"] = deltalake_arrow_rows
+    for name, read in readers.items():
+        got = sorted(json.dumps({k: v for k, v in r.items() if v is not None}, sort_keys=True)
+                     for r in read(ours).to_pylist())  # fmt: skip
+        assert got == want, f"{name} reads our copy differently from Delta Spark"
+
+
+def _values(*rows: str) -> str:
+    return f"SELECT * FROM VALUES {', '.join(rows)} AS s(id, v, s, p)"
+
+
+NULL_ID = "CAST(NULL AS BIGINT)"
+# (what it shows, source, clauses as in _merge_step, whether both refuse)
+KEY_STEPS = [
+    ("NULL keys never match: NULL-keyed source rows are inserted, the NULL-keyed target row is not matched "
+     "by the source",
+     _values("(1L, 11L, 'n1', 'a')", f"({NULL_ID}, 99L, 'nn', 'b')", f"({NULL_ID}, 98L, 'nn2', 'c')"),
+     [("matched", "update", None, None), ("notMatched", "insert", None, None),
+      ("notMatchedBySource", "update", "target.id IS NULL OR target.id > 2",
+       {"v": "coalesce(target.v, 0) - 1"})],
+     False),
+    ("two source rows match one target row: refused", _values("(2L, 5L, 'd1', 'b')", "(2L, 6L, 'd2', 'b')",
+                                                             "(7L, 7L, 'd7', 'a')"),
+     [("matched", "update", None, None), ("notMatched", "insert", None, None)], True),
+    ("refused with a conditional delete too", _values("(2L, 5L, 'd1', 'b')", "(2L, 6L, 'd2', 'b')"),
+     [("matched", "delete", "source.v > 0", None)], True),
+    ("allowed when the only matched clause is an unconditional delete",
+     _values("(2L, 5L, 'd1', 'b')", "(2L, 6L, 'd2', 'b')", "(8L, 8L, 'd8', 'c')"),
+     [("matched", "delete", None, None), ("notMatched", "insert", None, None)], False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_merge_null_keys_and_duplicate_matches_as_delta_spark(oracle: Oracle, spark, tmp_path: Path,
+                                                              engine: str):  # fmt: skip
+    """NULL keys never match (on either side); a target row matched by two source rows is refused by both
+    engines (Delta Spark's DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE, our
+    ``MergeCardinalityError``) and neither commits, unless the only matched clause is an unconditional
+    delete. Then the same change rows and Delta Spark goes on writing our copy."""
+    theirs, ours = str(tmp_path / "delta_spark"), str(tmp_path / "ours")
+    create_empty(oracle, theirs, dv=True, cm=False, partitioned=True)
+    oracle.call("sql", f"INSERT INTO delta.`{theirs}` VALUES (1, 10, 's1', 'a'), (2, 20, 's2', 'b'), "
+                       "(NULL, 30, 'snull', 'c'), (3, NULL, 's3', 'a'), (4, 40, 's4', 'b')")  # fmt: skip
+    shutil.copytree(theirs, ours)
+    start = DeltaTable(ours).version()
+    for what, source, clauses, refused in KEY_STEPS:
+        where = f"{engine}: {what}: {_merge_sql('t', source, clauses)}"
+        before = DeltaTable(theirs).version()
+        try:
+            oracle.call("sql", _merge_sql(theirs, source, clauses))
+            their_error = None
+        except OracleError as exc:
+            their_error = exc.message
+        try:
+            mine = _our_merge(spark, ours, source, clauses, engine)
+            our_error = None
+        except MergeCardinalityError as exc:
+            mine, our_error = None, str(exc)
+        print(f"{what}: Delta Spark {their_error or 'committed'}; ours {our_error or 'committed'}")
+        if refused:
+            assert "DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE" in (their_error or ""), where
+            assert our_error is not None, f"{where}: Delta Spark refuses, ours committed"
+            versions = DeltaTable(theirs).version(), DeltaTable(ours).version()
+            assert versions == (before, before), f"{where}: a refused MERGE committed: {versions}"
+        else:
+            assert their_error is None and our_error is None, f"{where}: {their_error} vs {our_error}"
+            _step_agrees(oracle, spark, theirs, ours, "MERGE", mine, before, where)
+    assert _changes(oracle, ours, start + 1) == _changes(oracle, theirs, start + 1), "table_changes differ"
+    _delta_spark_goes_on(oracle, theirs, ours, to_pyarrow=False)

@@ -147,12 +147,30 @@ def referenced(target: Target, exprs: Sequence[Expr | None]) -> list[str]:
     return [c for c in target.columns if c.lower() in words]
 
 
-def assigned(value: pa.ChunkedArray | pa.Array, field: Mapping[str, Any], where: str) -> pa.ChunkedArray:
+def assigned(
+    value: pa.ChunkedArray | pa.Array,
+    field: Mapping[str, Any],
+    where: str,
+    old: pa.ChunkedArray | None = None,
+    *,
+    evolving: bool = False,
+) -> pa.ChunkedArray:
     """A value as column ``field`` stores it: a primitive cast as Spark's store assignment does (an
-    overflow is an error, not a wrapped value); nested values are matched field by field by the writer."""
+    overflow is an error, not a wrapped value); a struct matched field by field by name, as Delta Spark
+    assigns structs: a field the column lacks is refused by name (``merge_schema`` adds it first); a field
+    the value lacks is refused too, unless the schema is ``evolving`` (``merge_schema``), when it keeps its
+    ``old`` value (an update) or is null (an insert). Arrays and maps of structs are checked for fields the
+    column lacks and otherwise matched by the writer."""
     kind = field["type"]
     target = logical_type(kind)
-    if value.type == target or not isinstance(kind, str):
+    if not isinstance(kind, str):
+        where = f"{where}: column {field['name']!r}"
+        _check_fields(value.type, kind, where, field["name"], missing_allowed=evolving)
+        if isinstance(kind, dict) and kind.get("type") == "struct" and old is not None:
+            value = _with_old_fields(pa.chunked_array([value]) if isinstance(value, pa.Array) else value,
+                                     kind, old)  # fmt: skip
+        return value if isinstance(value, pa.ChunkedArray) else pa.chunked_array([value])
+    if value.type == target:
         return value if isinstance(value, pa.ChunkedArray) else pa.chunked_array([value])
     try:
         out = cast(value, kind, target=target)
@@ -160,6 +178,70 @@ def assigned(value: pa.ChunkedArray | pa.Array, field: Mapping[str, Any], where:
         raise SchemaMismatchError(f"{where}: a {value.type} value cannot be stored in column "
                                   f"{field['name']!r} of type {kind}: {exc}") from None  # fmt: skip
     return out if isinstance(out, pa.ChunkedArray) else pa.chunked_array([out])
+
+
+def _check_fields(kind: pa.DataType, delta: Any, where: str, path: str, *, missing_allowed: bool) -> None:
+    """Refuse a value whose structs (at any depth) have a field the column's type lacks (writing it would
+    drop the field's values) or, unless ``missing_allowed``, lack one of its fields: Delta Spark refuses
+    both without schema evolution."""
+    if not isinstance(delta, dict):
+        return
+    if delta.get("type") == "struct" and pa.types.is_struct(kind):
+        fields = {f["name"].lower(): f for f in delta["fields"]}
+        for child in kind:
+            known = fields.get(child.name.lower())
+            if known is None:
+                raise SchemaMismatchError(
+                    f"{where}: the value has field {path}.{child.name}, which the column lacks (pass "
+                    "merge_schema=True to add it)"
+                )
+            _check_fields(child.type, known["type"], where, f"{path}.{child.name}",
+                          missing_allowed=missing_allowed)  # fmt: skip
+        given = {child.name.lower() for child in kind}
+        lacking = [f["name"] for f in delta["fields"] if f["name"].lower() not in given]
+        if lacking and not missing_allowed:
+            raise SchemaMismatchError(
+                f"{where}: the value lacks field(s) {[f'{path}.{n}' for n in lacking]} of the column (pass "
+                "merge_schema=True to keep them on update and null them on insert)"
+            )
+    elif delta.get("type") == "array" and (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        _check_fields(kind.value_type, delta["elementType"], where, f"{path}.element",
+                      missing_allowed=missing_allowed)  # fmt: skip
+    elif delta.get("type") == "map" and pa.types.is_map(kind):
+        _check_fields(kind.item_type, delta["valueType"], where, f"{path}.value",
+                      missing_allowed=missing_allowed)  # fmt: skip
+
+
+def _with_old_fields(value: pa.ChunkedArray, delta: dict, old: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A struct value with the fields it lacks taken from the ``old`` value of the same rows (where the
+    new struct is null, it stays null), at any depth of structs."""
+    new, before = value.combine_chunks(), old.combine_chunks()
+    if not pa.types.is_struct(new.type) or not pa.types.is_struct(before.type):
+        return value
+    given = {f.name.lower(): i for i, f in enumerate(new.type)}
+    had = {f.name.lower(): i for i, f in enumerate(before.type)}
+    if all(f["name"].lower() in given for f in delta["fields"]) and len(given) == len(delta["fields"]):
+        return value  # nothing to fill: the struct is assigned as it is, NULL included
+    children, names = [], []
+    for f in delta["fields"]:
+        key = f["name"].lower()
+        if key in given:
+            child = new.field(given[key])
+            if isinstance(f["type"], dict) and f["type"].get("type") == "struct" and key in had:
+                child = _with_old_fields(pa.chunked_array([child]), f["type"], pa.chunked_array(
+                    [before.field(had[key])])).combine_chunks()  # fmt: skip
+        elif key in had:
+            child = before.field(had[key])
+        else:
+            child = pa.nulls(len(new), logical_type(f["type"]))
+        children.append(child)
+        names.append(f["name"])
+    if not children:
+        return value
+    # Delta Spark builds the struct field by field (the source's where it has them, the target's where it
+    # lacks them), so a NULL source struct becomes one of NULL fields and the target's kept ones.
+    out = pa.StructArray.from_arrays(children, names=names)
+    return pa.chunked_array([out])
 
 
 def assignments(target: Target, given: Mapping[str, Any], what: str) -> dict[str, Expr]:
@@ -206,7 +288,9 @@ def new_rows(
     fields = {f["name"]: f for f in target.metadata.schema["fields"]}
     out = rows
     for name, expr in values.items():
-        value = assigned(evaluate(expr, scope), fields[name], f"{what} of {target.where}")
+        old = rows.column(name) if name in rows.column_names else None
+        value = assigned(evaluate(expr, scope), fields[name], f"{what} of {target.where}", old,
+                         evolving=target.schema_evolution)  # fmt: skip
         out = _replaced(out, name, value)
     for name, text in target.configuration.generated_columns.items():
         if name not in values:

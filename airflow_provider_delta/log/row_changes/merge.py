@@ -42,15 +42,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..actions.actions import AddFile
+from ..base.arrow_utils import empty_table
 from ..base.errors import (
     IdentityColumnError,
     InvalidConditionError,
     MergeCardinalityError,
     UnsupportedFeatureError,
 )
-from ..expressions.evaluate import predicate_mask
+from ..expressions.evaluate import evaluate, predicate_mask
 from ..expressions.expressions import (
     Call,
     Column,
@@ -63,11 +65,11 @@ from ..expressions.expressions import (
 )
 from ..expressions.expressions import literal as literal_of
 from ..expressions.skipping import FileStatistics
-from ..expressions.sql_parser import parse
-from ..features.identity import identity_columns
+from ..expressions.sql_parser import UnsupportedExpressionError, parse
+from ..features.identity import high_water_marks, identity_columns
 from ..scans.scan import Scan
 from ..schema.physical_columns import logical_type
-from ..schema.schema import physical_name
+from ..schema.schema import delta_schema_to_arrow, physical_name
 from ..schema.stats import typed_file_stats
 from ..writes.write_plan import plan_write
 from .arrow_rows import (
@@ -255,10 +257,12 @@ class _Merge:
         self.full = MergeSource(builder.source, needed)
         self.materialized_ms = int((time.monotonic() - started) * 1000)
         self.source = self.full.narrow  # the columns matching reads; whole rows come from ``full``
-        if builder.merge_schema:
-            self._evolve()
         self.target_names = {c.lower(): c for c in target.columns}
         self.source_names = {c.lower(): c for c in self.full.column_names}
+        if builder.merge_schema:
+            target.schema_evolution = True
+            self._evolve()
+            self.target_names = {c.lower(): c for c in target.columns}
         self.on = _expr(builder.on, "the MERGE condition")
         self._check_names(self.on, "the MERGE condition")
         self.keys, self.residual, self.target_only = self._split(self.on)
@@ -277,13 +281,34 @@ class _Merge:
         """``merge_schema``: the source's new columns added to the table (nullable), as Delta Spark's
         schema evolution for ``*`` clauses, through the write planner's schema merge."""
         target = self.target
+        # What the clauses write from the source: every source column for a ``*`` clause, and the source
+        # column an explicit assignment copies (under the table column's name), as Delta Spark evolves.
+        by_lower = {f.name.lower(): f for f in self.full.schema}
         known = {c.lower() for c in target.columns}
-        extra = [f for f in self.full.schema if f.name.lower() not in known]
-        if not extra:
-            return
-        plan = plan_write(target.snap, pa.schema(extra), partition_by=None, schema_mode="merge",
-                          overwrite=False, configuration=None, replace_where=None,
+        evolving: dict[str, pa.Field] = {}
+        for clause in self.builder.clauses:
+            if clause.action == "delete":
+                continue
+            if clause.assignments is None:
+                evolving.update(by_lower)
+                continue
+            for column, value in clause.assignments.items():
+                if column.lower() not in known:  # a new column, of its value's type
+                    evolving.setdefault(column.lower(), pa.field(column, self._value_type(value)))
+                    continue
+                path = parse(value).path if isinstance(value, str) and _is_column(value) else None
+                if path and len(path) == 2 and path[0].lower() == self.s_alias.lower() and \
+                        path[1].lower() in by_lower:  # a source column copied: its fields evolve the column's
+                    evolving.setdefault(column.lower(), by_lower[path[1].lower()].with_name(column))
+        # The table's columns no clause writes ride along as they are (not the identity columns: the
+        # planner would take them for values given to a column that generates its own).
+        table = delta_schema_to_arrow(target.snap.metadata.schema)
+        generated = {c.name.lower() for c in identity_columns(target.snap.metadata.schema)}
+        kept = [f for f in table if f.name.lower() not in evolving and f.name.lower() not in generated]
+        plan = plan_write(target.snap, pa.schema([*evolving.values(), *kept]), partition_by=None,
+                          schema_mode="merge", overwrite=False, configuration=None, replace_where=None,
                           what="the MERGE source", option="merge_schema=True")  # fmt: skip
+        extra = [f for f in self.full.schema if f.name.lower() not in {c.lower() for c in target.columns}]
         if plan.protocol is not None and plan.protocol != target.snap.protocol:
             raise UnsupportedFeatureError(
                 f"merge_schema: the source's new columns {[f.name for f in extra]} need a protocol "
@@ -291,6 +316,12 @@ class _Merge:
             )
         if plan.metadata is not None:
             target.metadata = plan.metadata
+
+    def _value_type(self, value: Any) -> pa.DataType:
+        """The Arrow type of an assigned value, from evaluating it over no rows of both sides."""
+        target_rows = empty_table(delta_schema_to_arrow(self.target.snap.metadata.schema))
+        scope = self._scope(target_rows, empty_table(self.full.schema))
+        return evaluate(_expr(value, "an assigned value"), scope).type
 
     def _side(self, column: Column) -> tuple[str, str] | None:
         """(side, column name) of a column reference: qualified by an alias, or a name only one side has."""
@@ -419,7 +450,11 @@ class _Merge:
             rewriter.delete()
             inserter.delete()
             raise
-        changes.identity_marks = inserter.high_water_marks
+        if generated:
+            # As Delta Spark's stats tracker: the furthest value in any file this MERGE wrote (copied and
+            # explicit values too), not only the values it generated.
+            marks = high_water_marks(generated, changes.adds, lambda add: _footer(target, add))
+            changes.identity_marks = {**inserter.high_water_marks, **marks}
         if target.deletion_vectors:
             changes.deletes = row_indexes(acts.select([PATH, INDEX]))
         else:
@@ -757,3 +792,43 @@ def _rows(n: int) -> pa.Table:
 def _identity_error(target: Target, column: str, why: str) -> Exception:
     return IdentityColumnError(f"{target.where}: {column!r} is an identity column; {why} (Delta Spark "
                                "refuses it too)", column=column)  # fmt: skip
+
+
+def _footer(target: Target, add: AddFile) -> pq.FileMetaData:
+    """A written file's Parquet footer (for an identity column the statistics do not index)."""
+    store = target.table.store
+    with store.fs.open(store.table_file(add.path), "rb") as fh:
+        return pq.ParquetFile(fh).metadata
+
+
+def _is_column(text: str) -> bool:
+    try:
+        return isinstance(parse(text), Column)
+    except (UnsupportedExpressionError, InvalidConditionError):
+        return False
+
+
+def target_only_condition(on: Any, target_alias: str) -> Expr | None:
+    """The ON condition's conjuncts that read only ``target_alias``-qualified columns, unqualified: the
+    rows of the target a MERGE reads whatever its source holds, which Delta Spark records as the MERGE's
+    read predicate for the conflict checker (None: the whole table)."""
+    if not isinstance(on, str):
+        return None
+    try:
+        expr = parse(on)
+    except UnsupportedExpressionError:
+        return None
+    terms: list[Expr] = []
+
+    def collect(e: Expr) -> None:
+        if isinstance(e, Call) and e.op == "and":
+            for a in e.args:
+                collect(a)
+            return
+        paths = list(e.columns())
+        if paths and all(len(p) == 2 and p[0].lower() == target_alias.lower() for p in paths):
+            terms.append(_unqualified(e, lambda c: ("t", c.path[1]) if len(c.path) == 2 else None))
+
+    collect(expr)
+    return conjunction(terms) if terms else None
+

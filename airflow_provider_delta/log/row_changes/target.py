@@ -42,6 +42,7 @@ class Target:
     # The metadata the operation writes under: the snapshot's, or a MERGE's evolved schema, committed with
     # the changes.
     metadata: Metadata = None  # type: ignore[assignment]
+    schema_evolution: bool = False  # a MERGE's merge_schema: structs may lack fields (kept, or null)
 
     def __post_init__(self) -> None:
         if self.metadata is None:
