@@ -19,7 +19,7 @@ from pathlib import Path
 from . import measure
 
 BENCHES = ("read", "update", "commit", "checkpoint", "vacuum", "spark", "scan", "optimize", "changes",
-           "row_changes", "task")
+           "row_changes", "task", "scale", "dml")
 DEFAULT_DATA_DIR = Path("/tmp/airflow-provider-delta-bench")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # ignored by git
 

@@ -590,3 +590,71 @@ def ensure_built(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return BenchTable(name, path, version, num_files)
+
+
+# -- DELETE, UPDATE and MERGE in the task (bench.dml): rows in data files ---------------------------------
+DML_REGIONS = ("north", "south", "east", "west")
+DML_SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64()), ("name", pa.string()),
+                        ("region", pa.string())])  # fmt: skip
+_DML_NAMES = 1_000
+_DML_SEED = 20260036  # issue 36
+
+
+def dml_file_rows(index: int, rows_per_file: int, *, with_region: bool = True) -> pa.Table:
+    """The rows of data file ``index``: ids ``index * rows_per_file`` onwards, consecutive, so that each
+    file's statistics cover one id range and skipping prunes by id as it does on a table written in key
+    order; ``value`` in [0, 1) (an UPDATE's ``value + 1`` shows as values of 1 or more); one of 1,000
+    names; and, unless the layout partitions by it, one of four regions per row."""
+    rng = np.random.default_rng(_DML_SEED + index)
+    first = index * rows_per_file
+    names = pa.array([f"name-{i:04d}" for i in range(_DML_NAMES)])
+    columns = {
+        "id": pa.array(np.arange(first, first + rows_per_file, dtype=np.int64)),
+        "value": pa.array(rng.random(rows_per_file)),
+        "name": names.take(pa.array(rng.integers(0, _DML_NAMES, rows_per_file))),
+    }
+    if with_region:
+        regions = rng.integers(0, len(DML_REGIONS), rows_per_file)
+        columns["region"] = pa.array(DML_REGIONS).take(pa.array(regions))
+    return pa.table(columns)
+
+
+def build_dml_table(root: Path, files: int, rows_per_file: int, partitioned: bool = False) -> tuple[int, int]:
+    """``files`` Parquet files of ``rows_per_file`` rows (one row group each, pyarrow's defaults), added
+    by one commit of the core with statistics from their footers: version 1. Partitioned by ``region``,
+    file ``i`` holds region ``DML_REGIONS[i % 4]`` (the ids stay consecutive per file either way).
+    Returns (version, live files)."""
+    from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
+
+    table = DeltaTable.create(str(root), DML_SCHEMA, partition_by=["region"] if partitioned else None)
+    snapshot = table.snapshot()
+    adds = []
+    for i in range(files):
+        region = DML_REGIONS[i % len(DML_REGIONS)] if partitioned else None
+        rel = (f"region={region}/" if partitioned else "") + f"part-{i:05d}.snappy.parquet"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(dml_file_rows(i, rows_per_file, with_region=not partitioned), root / rel)
+        adds.append(add_file_from_parquet(snapshot, rel, {"region": region} if partitioned else None))
+    table.transaction().add_files(adds).commit("WRITE")
+    return 1, files
+
+
+def build_dml_dv_table(root: Path, plain: Path) -> tuple[int, int]:
+    """The table at ``plain`` again, data files hard-linked, under a new log whose version 0 sets
+    ``delta.enableDeletionVectors=true`` (so its protocol has the feature): deltalake cannot write such a
+    table, so it is built by the core. Returns (version, live files)."""
+    from airflow_provider_delta.log import DeltaTable, add_file_from_parquet
+
+    source = DeltaTable(str(plain)).snapshot()
+    partition_by = list(source.partition_columns)
+    table = DeltaTable.create(str(root), DML_SCHEMA, partition_by=partition_by or None,
+                              configuration={"delta.enableDeletionVectors": "true"})  # fmt: skip
+    snapshot = table.snapshot()
+    adds = []
+    for row in source.files.select(["path", "partitionValues"]).to_pylist():
+        (root / row["path"]).parent.mkdir(parents=True, exist_ok=True)
+        os.link(plain / row["path"], root / row["path"])
+        values = dict(row["partitionValues"] or {})
+        adds.append(add_file_from_parquet(snapshot, row["path"], values or None))
+    table.transaction().add_files(adds).commit("WRITE")
+    return 1, len(adds)
