@@ -7,21 +7,31 @@ vacuum command after a user-specified retention period"). Candidates come only f
 a path in the log that points elsewhere (absolute, ``..``, another bucket) can never be deleted. On local
 disk, directories left empty (an emptied partition) are removed too, as Delta Spark does; object stores
 have no directories to remove.
+
+A table of ``SPILL_FILES`` live files or more is never held whole: its file actions are streamed from the
+checkpoint and its listing is read directory by directory, both split by a hash of the path into buckets
+spilled to a local temporary directory, and each bucket anti-joined on its own (a grace hash join), so
+the peak is a bucket's, not the table's (issue 35).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
+import math
 import os
 import posixpath
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..actions.actions import FileFields
 from ..base.arguments import bool_arg, callable_arg, int_arg, number_arg
@@ -29,9 +39,12 @@ from ..base.arrow_utils import from_numpy, from_strings, int64_scalar, single
 from ..base.errors import DeltaError, RetentionTooShortError
 from ..commits.transaction import Transaction
 from ..features.properties import DELETED_FILE_RETENTION
+from ..files.commit_json import Actions, parse_json_actions
 from ..files.deletion_vectors import stored_dv_paths
+from ..files.segment import commit_name
 from ..files.storage import LogStore, delete_files, mtime_of
 from ..schema.schema import physical_partition_names
+from ..snapshot.replay import CheckpointReadError
 from ..snapshot.snapshot import Snapshot, load_snapshot, update_snapshot
 from ..snapshot.table_context import TableContext
 
@@ -46,6 +59,17 @@ _DOT_SEGMENTS = r"(^|/)\.\.?(/|$)|//"
 VACUUM_FIELDS = FileFields(
     add=("path", "deletionVector"), remove=("path", "deletionTimestamp", "deletionVector")
 )
+# Live files from which the keep set and the listing are spilled to disk in buckets: below, both fit in
+# memory (about 550 MiB at 1,000,000 files of 56-character paths) and one in-memory anti-join is fastest.
+SPILL_FILES = 1_000_000
+# Keep-set paths per bucket: a bucket's anti-join holds them, their hash set and their share of the
+# listing, about 60 MiB at 56-character paths. Each bucket is an open file while spilling: at most 256.
+BUCKET_FILES = 250_000
+_MAX_BUCKETS = 256
+_CHUNK_ROWS = 65_536  # listing rows per Arrow chunk, and rows gathered before a spill's write
+_HASH_ROWS = 16_384  # paths hashed at once: the hash's temporaries are 8 bytes per character
+_LISTING = pa.schema([("path", pa.string()), ("size", pa.int64()), ("mtime", pa.int64())])
+_KEEP = pa.schema([("path", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -57,6 +81,10 @@ class VacuumReport:
     seconds: float
     dry_run: bool
     retention_hours: float
+
+
+# A check of which paths commits after a snapshot reference: (before, after, paths, cutoff) -> mask.
+Referenced = Callable[[Snapshot, Snapshot, pa.Array, int], pa.Array]
 
 
 def vacuum(
@@ -100,10 +128,18 @@ def vacuum(
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     cutoff = now - retention_ms
     dirs: list[str] = []
-    listed = _list_candidates(store, _partition_dir_names(snap), dirs)
-    kept = pc.is_in(listed.column("path"), value_set=_keep(snap, cutoff))
-    old = pc.less(listed.column("mtime"), int64_scalar(cutoff))
-    doomed = listed.filter(pc.and_(old, pc.invert(kept))).sort_by("path")
+    partition_columns = _partition_dir_names(snap)
+    expected = _expected_files(snap)
+    referenced: Referenced
+    # A small table's keep set and listing fit in memory: one anti-join. A big one's are spilled in buckets,
+    # and the commits made while it runs are read alone: its whole file list is never in memory.
+    if expected < SPILL_FILES:
+        listed = _list_candidates(store, partition_columns, dirs)
+        doomed = _doomed(listed, _keep(snap, cutoff), cutoff).sort_by("path")
+        referenced, listed_dirs = _referenced_by_replay, (lambda: _dir_count(listed.column("path")))
+    else:
+        doomed, n_dirs = _spilled_doomed(snap, partition_columns, dirs, cutoff, expected)
+        referenced, listed_dirs = _referenced_since, (lambda: n_dirs)
     size = int(pc.sum(doomed.column("size")).as_py() or 0)
     hours = retention_ms / _HOUR_MS
     if dry_run:
@@ -121,7 +157,7 @@ def vacuum(
             params["specifiedRetentionMillis"] = retention_ms
         metrics = {"numFilesToDelete": doomed.num_rows, "sizeOfDataToDelete": size}
         _commit(table, snap, "VACUUM START", params, metrics)
-    doomed, fresh = _without_files_committed_meanwhile(snap, doomed, cutoff)
+    doomed, fresh = _without_files_committed_meanwhile(snap, doomed, cutoff, referenced)
     files = doomed.column("path").to_pylist()
     size = int(pc.sum(doomed.column("size")).as_py() or 0)
     log.info("VACUUM of %s: deleting %d files (%d bytes)", store.uri, len(files), size)
@@ -131,17 +167,24 @@ def vacuum(
         _remove_empty_dirs(store.root, dirs)
     except Exception:
         if logged:
-            _end(table, update_snapshot(fresh), "FAILED", 0, listed)
+            _end(table, update_snapshot(fresh), "FAILED", 0, listed_dirs())
         raise
     after = update_snapshot(fresh)
-    _report_files_committed_while_deleting(fresh, after, doomed, cutoff)
+    _report_files_committed_while_deleting(fresh, after, doomed, cutoff, referenced)
     if logged:
-        _end(table, after, "COMPLETED", len(files), listed)
+        _end(table, after, "COMPLETED", len(files), listed_dirs())
     return VacuumReport(files, size, time.monotonic() - started, False, hours)
 
 
+def _doomed(listed: pa.Table, keep: pa.Array, cutoff: int) -> pa.Table:
+    """The listed files older than ``cutoff`` whose path is not in ``keep``."""
+    kept = pc.is_in(listed.column("path"), value_set=keep)
+    old = pc.less(listed.column("mtime"), int64_scalar(cutoff))
+    return listed.filter(pc.and_(old, pc.invert(kept)))
+
+
 def _without_files_committed_meanwhile(
-    snap: Snapshot, doomed: pa.Table, cutoff: int
+    snap: Snapshot, doomed: pa.Table, cutoff: int, referenced: Referenced
 ) -> tuple[pa.Table, Snapshot]:
     """``doomed`` less the files that commits since ``snap`` reference, and the snapshot that says so.
 
@@ -152,7 +195,7 @@ def _without_files_committed_meanwhile(
     fresh = update_snapshot(snap)
     if fresh.version == snap.version:
         return doomed, fresh
-    late = pc.is_in(doomed.column("path"), value_set=_keep(fresh, cutoff))
+    late = referenced(snap, fresh, doomed.column("path"), cutoff)
     if pc.any(late).as_py():
         log.info("VACUUM of %s: keeping %d files committed meanwhile", snap.store.uri, pc.sum(late).as_py())
         doomed = doomed.filter(pc.invert(late))
@@ -160,13 +203,13 @@ def _without_files_committed_meanwhile(
 
 
 def _report_files_committed_while_deleting(
-    before: Snapshot, after: Snapshot, doomed: pa.Table, cutoff: int
+    before: Snapshot, after: Snapshot, doomed: pa.Table, cutoff: int, referenced: Referenced
 ) -> None:
     """A commit that landed while VACUUM deleted and that references a deleted file slipped past every
     guard (e.g. its writer's snapshot started from a checkpoint that hid VACUUM START): say so loudly."""
     if after.version == before.version or not doomed.num_rows:
         return
-    hit = doomed.filter(pc.is_in(doomed.column("path"), value_set=_keep(after, cutoff)))
+    hit = doomed.filter(referenced(before, after, doomed.column("path"), cutoff))
     if hit.num_rows:
         log.error(
             "VACUUM of %s deleted %d files that commits %d..%d, made while it ran, reference: %s",
@@ -176,6 +219,44 @@ def _report_files_committed_while_deleting(
             after.version,
             hit.column("path").to_pylist()[:20],
         )
+
+
+def _referenced_by_replay(before: Snapshot, after: Snapshot, paths: pa.Array, cutoff: int) -> pa.Array:
+    """Which of ``paths`` ``after`` keeps, from its file list (carried forward from ``before``'s)."""
+    return pc.is_in(paths, value_set=_keep(after, cutoff))
+
+
+def _referenced_since(before: Snapshot, after: Snapshot, paths: pa.Array, cutoff: int) -> pa.Array:
+    """Which of ``paths`` the commits after ``before`` up to ``after`` name as ``_keep`` would: all that
+    ``after`` keeps beyond what ``before`` kept, read from those commits alone, since a table VACUUM
+    spills for must never be replayed whole. When one of them is gone (log cleanup, and ``after`` loaded
+    afresh), ``after``'s file actions are streamed past ``paths`` instead."""
+    store = after.store
+    versions = range(before.version + 1, after.version + 1)
+    known = after.known_commits
+    names = [commit_name(v) for v in versions if v not in known]
+    try:
+        read = dict(zip(names, store.read_log_files(names), strict=True)) if names else {}
+        acc = Actions(fields=VACUUM_FIELDS)
+        chunks = [(v, store.log_file(commit_name(v)), known.get(v) or read[commit_name(v)]) for v in versions]
+        parse_json_actions(acc, chunks)
+        return _named_by(paths, [("add", t) for t in acc.adds] + [("remove", t) for t in acc.removes],
+                         store.root, cutoff)  # fmt: skip
+    except FileNotFoundError:
+        pass
+    try:
+        return _named_by(paths, after.stream_file_actions(), store.root, cutoff)
+    except (CheckpointReadError, FileNotFoundError):
+        return _named_by(paths, [("add", after.files), ("remove", after.tombstones)], store.root, cutoff)
+
+
+def _named_by(paths: pa.Array, pieces: Iterable[tuple[str, pa.Table]], root: str, cutoff: int) -> pa.Array:
+    """Which of ``paths`` the file actions ``pieces`` keep, one piece at a time."""
+    hit = np.zeros(len(paths), dtype=bool)
+    for kind, table in pieces:
+        for part in _paths_named(kind, table, cutoff):
+            hit |= pc.is_in(paths, value_set=_relative(part, root)).to_numpy(zero_copy_only=False)
+    return from_numpy(hit)
 
 
 # -- retention ------------------------------------------------------------------------------------------
@@ -205,16 +286,20 @@ def _retention_ms(snap: Snapshot, retention_hours: float | None, enforce: bool) 
 def _keep(snap: Snapshot, cutoff: int) -> pa.Array:
     """Root-relative paths the table still needs: live files, tombstones deleted at or after ``cutoff``
     (Delta Spark keeps a tombstone until its deletionTimestamp leaves the window), and their DV files."""
-    tombs = snap.tombstones
-    if tombs.num_rows:
-        deleted = pc.fill_null(tombs.column("deletionTimestamp"), int64_scalar(0))
-        tombs = tombs.filter(pc.greater_equal(deleted, int64_scalar(cutoff)))
-    parts = []
-    for t in (snap.files, tombs):
-        parts.append(single(t.column("path")).cast(pa.string()))
-        parts.extend(stored_dv_paths(single(t.column("deletionVector"))))
+    parts = [p for kind, t in (("add", snap.files), ("remove", snap.tombstones)) for p in
+             _paths_named(kind, t, cutoff)]  # fmt: skip
     root = snap.store.root
     return pc.unique(pa.concat_arrays([_relative(p, root) for p in parts]))
+
+
+def _paths_named(kind: str, table: pa.Table, cutoff: int) -> list[pa.Array]:
+    """The paths file actions name that VACUUM keeps (as written in the log): an add's, a tombstone's
+    deleted at or after ``cutoff``, and the deletion-vector files of both."""
+    if kind == "remove" and table.num_rows:
+        deleted = pc.fill_null(table.column("deletionTimestamp"), int64_scalar(0))
+        table = table.filter(pc.greater_equal(deleted, int64_scalar(cutoff)))
+    paths = single(table.column("path")).cast(pa.string())
+    return [paths, *stored_dv_paths(single(table.column("deletionVector")))]
 
 
 def _relative(paths: pa.Array, root: str) -> pa.Array:
@@ -243,6 +328,152 @@ def _relative(paths: pa.Array, root: str) -> pa.Array:
     return joined
 
 
+# -- a big table: the anti-join in buckets spilled to disk ---------------------------------------------------
+def _expected_files(snap: Snapshot) -> int:
+    """About how many paths the keep set will hold, without replaying the file list: the checksum's live
+    files, the file list's when it is in memory, else the rows of the checkpoint's Parquet files (adds
+    and tombstones: read from their footers). 0 when none tells, or a footer cannot be read (the replay,
+    with its fallbacks, then decides). A V2 checkpoint's sidecars are not counted."""
+    if snap.files_loaded or (snap.checksum is not None and snap.checksum.totals is not None):
+        return snap.num_files
+    checkpoint = snap.segment.checkpoint
+    if checkpoint is None:
+        return 0
+    store, rows = snap.store, 0
+    for f in checkpoint.files:
+        if not f.name.endswith(".parquet"):
+            continue
+        path = store.log_file(f.name)
+        try:
+            source = path if store.protocol in ("file", "local") else store.open_input_file(path)
+            rows += pq.ParquetFile(source).metadata.num_rows
+        except (OSError, pa.ArrowException):
+            return 0
+    return rows
+
+
+def _spilled_doomed(
+    snap: Snapshot, partition_columns: tuple[str, ...], dirs: list[str], cutoff: int, expected: int
+) -> tuple[pa.Table, int]:
+    """``_doomed`` of a table too big to hold (a grace hash join), and the number of directories listed.
+
+    The keep set is streamed from the snapshot's file actions (the checkpoint batch by batch), the listing
+    from the walk directory by directory; each row goes to the bucket its path hashes to (``_buckets``), a
+    file of a local temporary directory. Equal paths share a bucket, so each bucket's anti-join alone is
+    exact, and only one bucket is in memory at a time. Files modified within the retention are never
+    doomed: they are left out before they are spilled.
+    """
+    k = min(_MAX_BUCKETS, max(2, math.ceil(expected / BUCKET_FILES)))
+    root = snap.store.root
+    parents: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="delta-vacuum-") as tmp:
+        try:
+            keep = _spill(tmp, "keep", k, _KEEP, _keep_tables(snap.stream_file_actions(), root, cutoff))
+        except (CheckpointReadError, FileNotFoundError) as exc:
+            # A broken checkpoint, or one deleted under the stream: the whole replay, with its fallbacks.
+            log.info(
+                "streaming the file actions of %s failed (%s); replaying them whole", snap.store.uri, exc
+            )
+            replayed = [("add", snap.files), ("remove", snap.tombstones)]
+            keep = _spill(tmp, "keep-replayed", k, _KEEP, _keep_tables(replayed, root, cutoff))
+        # The checkpoint's batches leave freed pages in the pool, which the walk's Python strings cannot use.
+        pa.default_memory_pool().release_unused()
+
+        def old(chunks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+            for chunk in chunks:
+                parents.update(_parents(chunk.column("path")))
+                yield chunk.filter(pc.less(chunk.column("mtime"), int64_scalar(cutoff)))
+
+        listed = _spill(
+            tmp, "listed", k, _LISTING, old(_candidate_chunks(snap.store, partition_columns, dirs))
+        )
+        pa.default_memory_pool().release_unused()
+        doomed = []
+        for keep_file, listed_file in zip(keep, listed, strict=True):
+            paths = _read(keep_file).column("path").combine_chunks()
+            doomed.append(_doomed(_read(listed_file), paths, cutoff))
+    doomed_files = pa.concat_tables(doomed).combine_chunks().sort_by("path")
+    return doomed_files, max(1, len(parents))
+
+
+def _keep_tables(pieces: Iterable[tuple[str, pa.Table]], root: str, cutoff: int) -> Iterator[pa.Table]:
+    """``_keep`` piece by piece, as tables of root-relative paths (not deduplicated: a bucket's is_in does
+    not need it, and a set of every path is what the spilled path avoids)."""
+    for kind, table in pieces:
+        for part in _paths_named(kind, table, cutoff):
+            if len(part):
+                yield pa.table({"path": _relative(part, root)}, schema=_KEEP)
+
+
+def _spill(folder: str, name: str, k: int, schema: pa.Schema, tables: Iterable[pa.Table]) -> list[str]:
+    """Write the rows of ``tables`` into ``k`` Arrow IPC files by the bucket of their ``path``, gathering
+    small tables first (a directory of a few files, a commit's actions) so that each write is worth its
+    framing. Returns the files, bucket by bucket."""
+    files = [os.path.join(folder, f"{name}-{b:03d}.arrow") for b in range(k)]
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(pa.ipc.new_stream(f, schema)) for f in files]
+        pending: list[pa.Table] = []
+        rows = 0
+        for table in itertools.chain(tables, [None]):
+            if table is not None:
+                pending.append(table)
+                rows += table.num_rows
+            if rows and (rows >= _CHUNK_ROWS or table is None):
+                batch = pa.concat_tables(pending).combine_chunks()
+                pending, rows = [], 0
+                bucket = _buckets(batch.column("path").chunk(0), k)
+                order = np.argsort(bucket, kind="stable")
+                batch = batch.take(from_numpy(order))
+                start = 0
+                for b, n in enumerate(np.bincount(bucket, minlength=k).tolist()):
+                    if n:
+                        writers[b].write_table(batch.slice(start, n))
+                        start += n
+    return files
+
+
+def _read(path: str) -> pa.Table:
+    with pa.ipc.open_stream(path) as reader:
+        return reader.read_all()
+
+
+# Per-position multipliers of the path hash (odd, from a fixed seed: the same buckets in every process).
+_WEIGHTS = np.random.default_rng(20_261_128).integers(1, 2**32, size=64, dtype=np.uint32) | np.uint32(1)
+
+
+def _buckets(paths: pa.Array, k: int) -> np.ndarray:
+    """The bucket (``0 .. k-1``) of each path: a hash of its UTF-8 bytes, computed over the string array's
+    offsets and data buffers with numpy (pyarrow has no hash kernel), ``_HASH_ROWS`` paths at a time so
+    that its temporaries stay small. Only the spread matters: equal paths always share a bucket."""
+    paths = paths.cast(pa.string())
+    n = len(paths)
+    out = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return out
+    offsets = np.frombuffer(paths.buffers()[1], dtype=np.int32)[paths.offset : paths.offset + n + 1]
+    data_buffer = paths.buffers()[2]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    for lo in range(0, n, _HASH_ROWS):
+        bounds = offsets[lo : min(n, lo + _HASH_ROWS) + 1] - offsets[lo]
+        chars = data[offsets[lo] : offsets[lo] + bounds[-1]]
+        # Each byte times the multiplier of its position in its path, then a running sum (modulo 2**32):
+        # a path's hash is the difference of the sums at its ends. Two arrays of 4 bytes per character.
+        position = np.arange(len(chars), dtype=np.int32)
+        position -= np.repeat(bounds[:-1], np.diff(bounds))
+        position &= len(_WEIGHTS) - 1
+        sums = np.zeros(len(chars) + 1, dtype=np.uint32)
+        np.take(_WEIGHTS, position, out=sums[1:], mode="clip")  # in range: "clip" skips a buffered copy
+        del position
+        sums[1:] *= chars
+        np.cumsum(sums, dtype=np.uint32, out=sums)
+        h = sums[bounds[1:]] - sums[bounds[:-1]]
+        h ^= h >> np.uint32(16)  # spread the high bits into the low ones the modulo looks at
+        h *= np.uint32(0x45D9F3B)
+        h ^= h >> np.uint32(16)
+        out[lo : lo + len(h)] = h % np.uint32(k)
+    return out
+
+
 # -- what exists ------------------------------------------------------------------------------------------
 def _partition_dir_names(snap: Snapshot) -> tuple[str, ...]:
     cols = snap.partition_columns
@@ -267,15 +498,26 @@ def is_hidden(name: str, partition_columns: tuple[str, ...]) -> bool:
 def _list_candidates(store: LogStore, partition_columns: tuple[str, ...], dirs: list[str]) -> pa.Table:
     """Every file under the root that is not hidden: ``path`` (root-relative), ``size``, ``mtime`` (ms).
     On local disk, the visible directories are appended to ``dirs``."""
+    chunks = list(_candidate_chunks(store, partition_columns, dirs))
+    return pa.concat_tables(chunks) if chunks else _listing([], [], [])
+
+
+def _candidate_chunks(
+    store: LogStore, partition_columns: tuple[str, ...], dirs: list[str]
+) -> Iterator[pa.Table]:
+    """``_list_candidates`` as chunks of up to ``_CHUNK_ROWS`` rows."""
     if store.protocol in ("file", "local"):
         # The walk skips hidden directories and files itself: splitting 100,000 paths into their
         # components again would cost VACUUM about 20 MiB more at its peak.
-        visible = _walk_local(store.root, partition_columns, dirs)
+        chunks = _walk_local(store.root, partition_columns, dirs)
     else:
+        # fsspec's find returns the whole listing at once: only what follows it is chunked.
         visible = _visible(_listing(*_find(store)), partition_columns)
-    if pc.any(pc.starts_with(visible.column("path"), "_delta_log/")).as_py():
-        raise AssertionError("refusing to vacuum: a candidate lies inside _delta_log")
-    return visible
+        chunks = (visible.slice(i, _CHUNK_ROWS) for i in range(0, visible.num_rows, _CHUNK_ROWS))
+    for chunk in chunks:
+        if pc.any(pc.starts_with(chunk.column("path"), "_delta_log/")).as_py():
+            raise AssertionError("refusing to vacuum: a candidate lies inside _delta_log")
+        yield chunk
 
 
 def _listing(paths: list[str], sizes: list[int], mtimes: list[int]) -> pa.Table:
@@ -305,44 +547,46 @@ def _hidden_components(names: pa.Array, partition_columns: tuple[str, ...]) -> p
     return pc.or_(pc.or_(pc.starts_with(names, "."), underscore), pc.equal(names, "metadata"))
 
 
-def _walk_local(root: str, partition_columns: tuple[str, ...], dirs: list[str]) -> pa.Table:
+def _walk_local(root: str, partition_columns: tuple[str, ...], dirs: list[str]) -> Iterator[pa.Table]:
     """os.scandir walk that never enters hidden directories (``_delta_log`` ...), never lists hidden files
     (``.crc``, ``_SUCCESS``) and never follows symlinks: a symlink is neither listed nor descended into, so
     nothing outside the root can be reached. The directories walked (root-relative, parents first) go to
     ``dirs``.
 
-    Each directory's files become Arrow as soon as it is read: Python lists of the whole listing (100,000
-    path strings and boxed integers) were a third of a large VACUUM's peak memory."""
-    chunks: list[pa.Table] = []
+    Files become Arrow chunks as they are read, ``_CHUNK_ROWS`` at most: Python lists of the whole listing
+    (100,000 path strings and boxed integers) were a third of a large VACUUM's peak memory."""
     stack = [""]
     while stack:
         rel_dir = stack.pop()
         try:
-            entries = list(os.scandir(os.path.join(root, rel_dir) if rel_dir else root))
+            entries = os.scandir(os.path.join(root, rel_dir) if rel_dir else root)
         except FileNotFoundError:
             continue
         paths: list[str] = []
         sizes: list[int] = []
         mtimes: list[int] = []
-        for e in entries:
-            if e.is_symlink():
-                continue
-            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
-            if e.is_dir(follow_symlinks=False):
-                if not is_hidden(e.name, partition_columns):
-                    stack.append(rel)
-                    dirs.append(rel)
-            elif e.is_file(follow_symlinks=False) and not is_hidden(e.name, partition_columns):
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:  # deleted since the directory was read
+        with entries:
+            for e in entries:
+                if e.is_symlink():
                     continue
-                paths.append(rel)
-                sizes.append(st.st_size)
-                mtimes.append(st.st_mtime_ns // 1_000_000)
+                rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+                if e.is_dir(follow_symlinks=False):
+                    if not is_hidden(e.name, partition_columns):
+                        stack.append(rel)
+                        dirs.append(rel)
+                elif e.is_file(follow_symlinks=False) and not is_hidden(e.name, partition_columns):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:  # deleted since the directory was read
+                        continue
+                    paths.append(rel)
+                    sizes.append(st.st_size)
+                    mtimes.append(st.st_mtime_ns // 1_000_000)
+                    if len(paths) == _CHUNK_ROWS:
+                        yield _listing(paths, sizes, mtimes)
+                        paths, sizes, mtimes = [], [], []
         if paths:
-            chunks.append(_listing(paths, sizes, mtimes))
-    return pa.concat_tables(chunks) if chunks else _listing([], [], [])
+            yield _listing(paths, sizes, mtimes)
 
 
 def _remove_empty_dirs(root: str, dirs: list[str]) -> None:
@@ -373,6 +617,15 @@ def _find(store: LogStore) -> tuple[list[str], list[int], list[int]]:
     return paths, sizes, mtimes
 
 
+def _parents(paths: pa.Array | pa.ChunkedArray) -> list[str]:
+    """The distinct directories (root-relative, ``""`` for the root) of ``paths``."""
+    return pc.unique(pc.replace_substring_regex(paths, r"/?[^/]*$", "")).to_pylist()
+
+
+def _dir_count(paths: pa.ChunkedArray) -> int:
+    return len(_parents(paths.combine_chunks())) if len(paths) else 1
+
+
 # -- recording in the log ------------------------------------------------------------------------------
 def _commit(
     table: TableContext, snap: Snapshot, operation: str, params: dict[str, Any], metrics: dict[str, Any]
@@ -385,10 +638,8 @@ def _commit(
     Transaction(table, snap).commit(operation, params, operation_metrics=metrics, auto_checkpoint=False)
 
 
-def _end(table: TableContext, latest: Snapshot, status: str, deleted: int, listed: pa.Table) -> None:
+def _end(table: TableContext, latest: Snapshot, status: str, deleted: int, dirs: int) -> None:
     """Record VACUUM END from ``latest`` (VACUUM's snapshot brought up to date, START among its commits)."""
-    parents = pc.replace_substring_regex(listed.column("path"), r"/?[^/]*$", "")
-    dirs = len(pc.unique(parents.combine_chunks())) if listed.num_rows else 1
     metrics = {"numDeletedFiles": deleted, "numVacuumedDirectories": dirs}
     try:
         _commit(table, latest, "VACUUM END", {"status": status}, metrics)
