@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
+from airflow_provider_delta.log.row_changes.row_change_commit import DELETE_METRICS
 
 from .row_changes import (
     INDEX,
@@ -68,9 +69,7 @@ def delete(
         else F.lit(True)  # fmt: skip
     params = {"predicate": [text] if text is not None else []}
     changes = Changes(read_files=files.column("path").to_pylist())
-    metrics = {"numAddedFiles": 0, "numRemovedFiles": 0, "numDeletedRows": 0, "numCopiedRows": 0,
-               "numAddedBytes": 0, "numRemovedBytes": 0, "numDeletionVectorsAdded": 0,
-               "numDeletionVectorsRemoved": 0, "numDeletionVectorsUpdated": 0}  # fmt: skip
+    metrics = dict.fromkeys(DELETE_METRICS, 0)
     if condition is None or only_partitions(target.snap, expr):
         if condition is not None:
             files = files_where(spark, target, files, cond)

@@ -29,7 +29,16 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.base.errors import MergeCardinalityError
 from airflow_provider_delta.log.features.identity import IdentityColumn, high_water_marks
-from airflow_provider_delta.log.row_changes.merge import target_only_condition
+from airflow_provider_delta.log.row_changes.merge import (
+    MATCHED,
+    MERGE_DV_METRICS,
+    NOT_MATCHED,
+    NOT_MATCHED_BY_SOURCE,
+    check_clauses,
+    merge_metrics,
+    merge_params,
+    target_only_condition,
+)
 
 from .constraints import generated_columns, quote
 from .merge_clause import Clause
@@ -63,7 +72,6 @@ from .write import file_footer, identity_values_sql
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE = "matched", "notMatched", "notMatchedBySource"
 _CLAUSE, _KIND, _T, _S = "__merge_clause", "__merge_kind", "__merge_target", "__merge_source"
 
 
@@ -133,18 +141,8 @@ class MergeBuilder:
         target = open_target(self.table_uri, self.storage_options, "MERGE")
         if (done := already_committed(target, self.app_id, self.app_version)) is not None:
             return done
-        _check_clauses(self.clauses)
+        check_clauses(self.clauses)
         return _run(self, target)
-
-
-def _check_clauses(clauses: list[Clause]) -> None:
-    if not clauses:
-        raise ValueError("a MERGE needs at least one WHEN clause")
-    for when in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
-        kind = [c for c in clauses if c.when == when]
-        if any(c.condition is None for c in kind[:-1]):
-            raise ValueError(f"every {when} clause but the last needs a condition (a clause without one "
-                             "takes every row, so the clauses after it could never act)")  # fmt: skip
 
 
 def _run(builder: MergeBuilder, target: Target) -> RowChangeResult:
@@ -281,7 +279,7 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
     per_clause = [(counts[i]["rows"] if c.action == "insert" else counts[i]["targets"]) if i in counts else 0
                   for i, c in enumerate(clauses)]  # fmt: skip
     counted = time.monotonic()
-    metrics = _metrics(clauses, per_clause, builder.source.count())
+    metrics = merge_metrics(clauses, per_clause, builder.source.count())
     # Delta Spark materializes the source first (so it cannot change between its two passes); ours is
     # read by the joins as given, and this is the time taken to count it.
     metrics["materializeSourceTimeMs"] = int((time.monotonic() - counted) * 1000)
@@ -330,15 +328,11 @@ def _execute(builder: MergeBuilder, target: Target, plan: DataFrame, files: Any,
         numTargetRowsCopied=output_rows - metrics["numTargetRowsUpdated"] - metrics["numTargetRowsInserted"],
         rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000),
     )  # fmt: skip
-    params = _params(builder)
-    names = {"numDeletedRows": None, "numRemovedFiles": "numTargetFilesRemoved",
-             "numDeletionVectorsAdded": "numTargetDeletionVectorsAdded",
-             "numDeletionVectorsRemoved": "numTargetDeletionVectorsRemoved",
-             "numDeletionVectorsUpdated": "numTargetDeletionVectorsUpdated"}  # fmt: skip
+    params = merge_params(condition_text(builder.on) or "", builder.clauses, condition_text)
     # The read predicate, as Delta Spark records it: the ON condition's target-only terms (none: the table).
     read = target_only_condition(builder.on, builder.target_alias)
     return commit(target, changes, read, params, metrics, builder.app_id, builder.app_version,
-                  dv_metric_names=names, cdc_metric="numTargetChangeFilesAdded")  # fmt: skip
+                  dv_metric_names=MERGE_DV_METRICS, cdc_metric="numTargetChangeFilesAdded")  # fmt: skip
 
 
 def _identity_marks(builder: MergeBuilder, target: Target, adds: list[AddFile]) -> dict[str, int]:
@@ -372,41 +366,3 @@ def _rewritten(builder: MergeBuilder, target: Target, touched: Any, touched_rows
     return both.select(*[F.when(F.col(_KIND) == "update", F.col(f"__o{j}")).otherwise(F.col(f"`{name}`"))
                          .alias(name) for j, name in enumerate(target.columns)],
                        *tracking(target, F.col(ROW_ID), version))  # fmt: skip
-
-
-def _metrics(clauses: list[Clause], per_clause: list[int], source_rows: int) -> dict[str, int]:
-    def total(when: str, action: str) -> int:
-        pairs = zip(clauses, per_clause, strict=True)
-        return sum(n for c, n in pairs if c.when == when and c.action == action)
-
-    m = {
-        "numSourceRows": source_rows,
-        "numTargetRowsInserted": total(NOT_MATCHED, "insert"),
-        "numTargetRowsMatchedUpdated": total(MATCHED, "update"),
-        "numTargetRowsMatchedDeleted": total(MATCHED, "delete"),
-        "numTargetRowsNotMatchedBySourceUpdated": total(NOT_MATCHED_BY_SOURCE, "update"),
-        "numTargetRowsNotMatchedBySourceDeleted": total(NOT_MATCHED_BY_SOURCE, "delete"),
-        "numTargetDeletionVectorsAdded": 0, "numTargetDeletionVectorsRemoved": 0,
-        "numTargetDeletionVectorsUpdated": 0,
-    }  # fmt: skip
-    m["numTargetRowsUpdated"] = m["numTargetRowsMatchedUpdated"] + m["numTargetRowsNotMatchedBySourceUpdated"]
-    m["numTargetRowsDeleted"] = m["numTargetRowsMatchedDeleted"] + m["numTargetRowsNotMatchedBySourceDeleted"]
-    return m
-
-
-def _params(builder: MergeBuilder) -> dict[str, Any]:
-    """Delta Spark's MERGE parameters: the condition, and per kind of clause its actions and conditions."""
-    def described(when: str) -> list[dict[str, str]]:
-        out = []
-        for c in builder.clauses:
-            if c.when == when:
-                item = {"actionType": c.action}
-                if c.condition is not None:
-                    item["predicate"] = condition_text(c.condition) or ""
-                out.append(item)
-        return out
-
-    return {"predicate": condition_text(builder.on), "matchedPredicates": described(MATCHED),
-            "notMatchedPredicates": described(NOT_MATCHED),
-            "notMatchedBySourcePredicates": described(NOT_MATCHED_BY_SOURCE)}  # fmt: skip
-

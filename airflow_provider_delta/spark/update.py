@@ -23,6 +23,7 @@ from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.base.errors import IdentityColumnError
 from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.features.identity import identity_columns
+from airflow_provider_delta.log.row_changes.row_change_commit import UPDATE_METRICS
 
 from .merge_structs import assigned_value
 from .row_changes import (
@@ -86,9 +87,7 @@ def update(
     matched = F.coalesce(cond, F.lit(False))
     new = new_values(target, rows, set)
     params = {"predicate": text} if text is not None else {}
-    metrics = {"numAddedFiles": 0, "numRemovedFiles": 0, "numUpdatedRows": 0, "numCopiedRows": 0,
-               "numAddedBytes": 0, "numRemovedBytes": 0, "numDeletionVectorsAdded": 0,
-               "numDeletionVectorsRemoved": 0, "numDeletionVectorsUpdated": 0}  # fmt: skip
+    metrics = dict.fromkeys(UPDATE_METRICS, 0)
     hits = row_indexes(rows.where(matched).select(PATH, INDEX).toArrow())
     metrics["scanTimeMs"] = int((time.monotonic() - started) * 1000)
     metrics["numUpdatedRows"] = sum(len(i) for i in hits.values())

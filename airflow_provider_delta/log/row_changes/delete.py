@@ -37,7 +37,7 @@ from .arrow_rows import (
     rewrite_each,
     target_batches,
 )
-from .row_change_commit import INDEX, PATH, Changes, commit, num_records, row_indexes
+from .row_change_commit import DELETE_METRICS, INDEX, PATH, Changes, commit, num_records, row_indexes
 from .target import RowChangeResult, already_committed, open_target
 
 
@@ -54,9 +54,7 @@ def delete(
     files = candidate_files(target, expr)
     params = {"predicate": [text] if text is not None else []}
     changes = Changes(read_files=files.column("path").to_pylist())
-    metrics = {"numAddedFiles": 0, "numRemovedFiles": 0, "numDeletedRows": 0, "numCopiedRows": 0,
-               "numAddedBytes": 0, "numRemovedBytes": 0, "numDeletionVectorsAdded": 0,
-               "numDeletionVectorsRemoved": 0, "numDeletionVectorsUpdated": 0}  # fmt: skip
+    metrics = dict.fromkeys(DELETE_METRICS, 0)
     scan_started = time.monotonic()
     if expr is None or only_partitions(target, expr):
         if expr is not None:

@@ -31,6 +31,13 @@ PATH = "__delta_file_path"  # a target row's file (as the log names it) and its 
 INDEX = "__delta_row_index"
 
 
+# Delta Spark's DELETE and UPDATE metrics of files, rows and bytes: every one present, 0 until counted.
+DELETE_METRICS = ("numAddedFiles", "numRemovedFiles", "numDeletedRows", "numCopiedRows", "numAddedBytes",
+                  "numRemovedBytes", "numDeletionVectorsAdded", "numDeletionVectorsRemoved",
+                  "numDeletionVectorsUpdated")  # fmt: skip
+UPDATE_METRICS = tuple("numUpdatedRows" if m == "numDeletedRows" else m for m in DELETE_METRICS)
+
+
 @dataclass
 class Changes:
     """What one row-level operation commits."""

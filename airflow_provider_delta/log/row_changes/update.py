@@ -41,7 +41,7 @@ from .arrow_rows import (
     rewrite_each,
     target_batches,
 )
-from .row_change_commit import INDEX, PATH, Changes, commit, num_records, row_indexes
+from .row_change_commit import INDEX, PATH, UPDATE_METRICS, Changes, commit, num_records, row_indexes
 from .target import RowChangeResult, already_committed, open_target
 
 
@@ -68,9 +68,7 @@ def update(
     files = candidate_files(target, expr)
     started = time.monotonic()
     params = {"predicate": text} if text is not None else {}
-    metrics = {"numAddedFiles": 0, "numRemovedFiles": 0, "numUpdatedRows": 0, "numCopiedRows": 0,
-               "numAddedBytes": 0, "numRemovedBytes": 0, "numDeletionVectorsAdded": 0,
-               "numDeletionVectorsRemoved": 0, "numDeletionVectorsUpdated": 0}  # fmt: skip
+    metrics = dict.fromkeys(UPDATE_METRICS, 0)
 
     def matched(rows: pa.Table) -> pa.ChunkedArray:
         if expr is None:
