@@ -461,6 +461,17 @@ def seed_log(tmp_path: Path, bucket: str, n_commits: int, checkpoint: bool) -> N
         backend.put_object(bucket, f"t/_delta_log/{f.name}", f.read_bytes())
 
 
+def s3_connection(s3_server: Any) -> dict[str, Any]:
+    """The ``delta`` connection to the tests' S3 API server, as an ``AIRFLOW_CONN_*`` value."""
+    return {
+        "conn_type": "delta",
+        "login": "testing",
+        "password": "testing",
+        "host": s3_server.endpoint_url,
+        "extra": {"storage_options": {"client_kwargs": {"region_name": "us-east-1"}}},
+    }
+
+
 @pytest.mark.s3
 @pytest.mark.parametrize("n_commits", [10, 10_000])
 def test_idle_poke_costs_one_request_on_s3(
@@ -468,14 +479,7 @@ def test_idle_poke_costs_one_request_on_s3(
 ):
     seed_log(tmp_path, s3_bucket, n_commits, checkpoint=n_commits > 100)
     fs = s3_server.filesystem()
-    conn = {
-        "conn_type": "delta",
-        "login": "testing",
-        "password": "testing",
-        "host": s3_server.endpoint_url,
-        "extra": {"storage_options": {"client_kwargs": {"region_name": "us-east-1"}}},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_DELTA_S3", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_DELTA_S3", json.dumps(s3_connection(s3_server)))
     latest = n_commits - 1
     sensor = DeltaVersionSensor(
         task_id="wait", table_uri=f"s3://{s3_bucket}/t", delta_conn_id="delta_s3", min_version=n_commits + 1
@@ -524,14 +528,7 @@ def test_first_poke_with_an_app_id_reads_the_newest_checksum_and_the_commits_aft
     backend = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
     for f in (local / "_delta_log").iterdir():
         backend.put_object(s3_bucket, f"t/_delta_log/{f.name}", f.read_bytes())
-    conn = {
-        "conn_type": "delta",
-        "login": "testing",
-        "password": "testing",
-        "host": s3_server.endpoint_url,
-        "extra": {"storage_options": {"client_kwargs": {"region_name": "us-east-1"}}},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_DELTA_S3", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_DELTA_S3", json.dumps(s3_connection(s3_server)))
     sensor = DeltaVersionSensor(task_id="wait", table_uri=f"s3://{s3_bucket}/t", delta_conn_id="delta_s3",
                                 app_id="job", app_version=11)  # fmt: skip
     request_counter.clear()
