@@ -132,20 +132,9 @@ OURS = {  # our command on an engine; the read set Delta Spark's same command re
                     "p = 'b'"),
     "merge into b": (_upsert_into_b, "p = 'b'", "p = 'b' AND id IN (1, 4)"),
 }  # fmt: skip
-# Where the Spark engine is known to disagree with Delta Spark (reported; drop the entry once it agrees).
-SPARK_DISAGREES: dict[str, str] = {}  # command -> how the Spark engine disagrees (none known)
-
-
-def _commands() -> list:
-    """(command, engine) for each of ours on each engine; the known disagreements skipped, saying why."""
-    return [pytest.param(command, engine, id=f"{command}-{engine}", marks=[pytest.mark.skip(
-                reason=f"Spark engine disagrees with Delta Spark: {SPARK_DISAGREES[command]}")]
-            if engine == "spark" and command in SPARK_DISAGREES else [])
-            for command in OURS for engine in ENGINES]  # fmt: skip
-
-
 @pytest.mark.parametrize("competitor", list(COMPETITORS))
-@pytest.mark.parametrize(("command", "engine"), _commands())
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("command", list(OURS))
 def test_ours_loses_to_delta_spark_as_its_own_would(oracle: Oracle, spark, template: Path, tmp_path: Path,
                                                      monkeypatch, delta_spark_outcomes, competitor: str,
                                                      command: str, engine: str):  # fmt: skip
