@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log import AddFile
-from airflow_provider_delta.log.row_changes.row_change_commit import DELETE_METRICS
+from airflow_provider_delta.log.row_changes.row_change_commit import DELETE_METRICS, rewrite_metrics
 
 from .row_changes import (
     INDEX,
@@ -93,11 +93,7 @@ def delete(
             changes.removes = AddFile.from_table(touched)
             if target.change_data:
                 changes.change_data.append(change_rows(target, old.where(matched), "delete"))
-            metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),
-                           numCopiedRows=num_records(changes.adds),
-                           numAddedBytes=sum(a.size for a in changes.adds),
-                           numRemovedBytes=sum(a.size for a in changes.removes),
-                           rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000))  # fmt: skip
+            metrics.update(rewrite_metrics(changes, 0, rewrite_started))
     if not (changes.removes or changes.deletes):
         return RowChangeResult(None, metrics)  # Delta Spark commits nothing when no row matches
     return commit(target, changes, text, params, metrics, app_id, app_version)

@@ -23,7 +23,7 @@ from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.base.errors import IdentityColumnError
 from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.features.identity import identity_columns
-from airflow_provider_delta.log.row_changes.row_change_commit import UPDATE_METRICS
+from airflow_provider_delta.log.row_changes.row_change_commit import UPDATE_METRICS, rewrite_metrics
 
 from .merge_structs import assigned_value
 from .row_changes import (
@@ -41,7 +41,6 @@ from .row_changes import (
     condition_text,
     files_named,
     not_set,
-    num_records,
     referenced,
     regenerated,
     row_indexes,
@@ -113,11 +112,7 @@ def update(
     if target.change_data:
         changes.change_data.append(change_rows(target, old.where(matched), "update_preimage"))
         changes.change_data.append(change_rows(target, updated, "update_postimage"))
-    metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),
-                   numCopiedRows=num_records(changes.adds) - metrics["numUpdatedRows"],
-                   numAddedBytes=sum(a.size for a in changes.adds),
-                   numRemovedBytes=sum(a.size for a in changes.removes),
-                   rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000))  # fmt: skip
+    metrics.update(rewrite_metrics(changes, metrics["numUpdatedRows"], rewrite_started))
     return commit(target, changes, text, params, metrics, app_id, app_version,
                   dv_metric_names={"numDeletedRows": None})  # fmt: skip
 

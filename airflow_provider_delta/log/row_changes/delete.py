@@ -37,7 +37,16 @@ from .arrow_rows import (
     rewrite_each,
     target_batches,
 )
-from .row_change_commit import DELETE_METRICS, INDEX, PATH, Changes, commit, num_records, row_indexes
+from .row_change_commit import (
+    DELETE_METRICS,
+    INDEX,
+    PATH,
+    Changes,
+    commit,
+    num_records,
+    rewrite_metrics,
+    row_indexes,
+)
 from .target import RowChangeResult, already_committed, open_target
 
 
@@ -84,11 +93,7 @@ def delete(
 
             changes.adds, changes.change_data = rewrite_each(target, touched, rewrite)
             changes.removes = AddFile.from_table(touched)
-            metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),
-                           numCopiedRows=num_records(changes.adds),
-                           numAddedBytes=sum(a.size for a in changes.adds),
-                           numRemovedBytes=sum(a.size for a in changes.removes),
-                           rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000))  # fmt: skip
+            metrics.update(rewrite_metrics(changes, 0, rewrite_started))
     if not (changes.removes or changes.deletes):
         return RowChangeResult(None, metrics)  # Delta Spark commits nothing when no row matches
     return commit(target, changes, text if expr is not None else None, params, metrics, app_id, app_version)

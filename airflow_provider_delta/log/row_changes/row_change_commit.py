@@ -59,6 +59,16 @@ def num_records(adds: Iterable[AddFile]) -> int:
     return total
 
 
+def rewrite_metrics(changes: Changes, changed_rows: int, started: float) -> dict[str, int]:
+    """Delta Spark's file, byte and copied-row counts of a DELETE or UPDATE that wrote files, and its
+    rewrite time since ``started`` (``changed_rows``: the updated rows among those written, 0 for DELETE)."""
+    return {"numAddedFiles": len(changes.adds), "numRemovedFiles": len(changes.removes),
+            "numCopiedRows": num_records(changes.adds) - changed_rows,
+            "numAddedBytes": sum(a.size for a in changes.adds),
+            "numRemovedBytes": sum(a.size for a in changes.removes),
+            "rewriteTimeMs": int((time.monotonic() - started) * 1000)}  # fmt: skip
+
+
 def row_indexes(hits: pa.Table) -> dict[str, list[int]]:
     """``{file: sorted row indexes}`` from a table of ``PATH`` and ``INDEX``. Grouped with numpy, not
     ``Table.group_by``, whose first use imports Acero, ``pyarrow.dataset`` and pandas: a tenth of a second

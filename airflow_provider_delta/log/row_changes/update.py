@@ -41,7 +41,15 @@ from .arrow_rows import (
     rewrite_each,
     target_batches,
 )
-from .row_change_commit import INDEX, PATH, UPDATE_METRICS, Changes, commit, num_records, row_indexes
+from .row_change_commit import (
+    INDEX,
+    PATH,
+    UPDATE_METRICS,
+    Changes,
+    commit,
+    rewrite_metrics,
+    row_indexes,
+)
 from .target import RowChangeResult, already_committed, open_target
 
 
@@ -105,10 +113,6 @@ def update(
         changes.deletes = hits
     else:
         changes.removes = AddFile.from_table(touched)
-    metrics.update(numAddedFiles=len(changes.adds), numRemovedFiles=len(changes.removes),
-                   numCopiedRows=num_records(changes.adds) - metrics["numUpdatedRows"],
-                   numAddedBytes=sum(a.size for a in changes.adds),
-                   numRemovedBytes=sum(a.size for a in changes.removes),
-                   rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000))  # fmt: skip
+    metrics.update(rewrite_metrics(changes, metrics["numUpdatedRows"], rewrite_started))
     return commit(target, changes, text if expr is not None else None, params, metrics, app_id, app_version,
                   dv_metric_names={"numDeletedRows": None})  # fmt: skip
