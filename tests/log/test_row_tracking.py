@@ -159,3 +159,25 @@ def test_tables_without_the_feature_get_no_ids(tmp_path: Path):
 def _commit_domains(root: Path, version: int) -> set[str]:
     lines = (root / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
     return {json.loads(line)["domainMetadata"]["domain"] for line in lines if "domainMetadata" in line}
+
+
+def test_a_lazy_snapshot_looks_up_only_the_re_added_files(tmp_path: Path):
+    """A commit from a snapshot whose file list is not in memory finds the ids of the files it re-adds by
+    streaming the log past them, and a commit without adds (VACUUM START and END, say) reads no file
+    list at all: on a table of millions of files neither may hold every file."""
+    t = DeltaTable.create(str(tmp_path), SCHEMA, configuration=ENABLED)
+    a = data_file(t, "a.parquet", 3)
+    t.transaction().add_files([a, data_file(t, "b.parquet", 2)]).commit()
+    t.checkpoint()
+    fresh = DeltaTable(str(tmp_path))
+    empty = fresh.transaction()
+    assert not empty.snapshot.files_loaded
+    empty.commit()
+    assert not empty.snapshot.files_loaded
+    again = fresh.transaction().add_files([dataclasses.replace(a, data_change=False)])
+    assert not again.snapshot.files_loaded
+    again.commit()
+    assert not again.snapshot.files_loaded
+    assert (again.committed_adds[0].base_row_id, again.committed_adds[0].default_row_commit_version) == (0, 1)
+    assert row_ids(t) == {"a.parquet": (0, 1, 3), "b.parquet": (3, 1, 2)}
+    assert high_water_mark(t.snapshot().domain_metadata) == 4

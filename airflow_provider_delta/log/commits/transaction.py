@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..actions.actions import (
     AddCDCFile,
@@ -31,6 +32,7 @@ from ..actions.actions import (
 from ..actions.commit_file import Actions, Provenance, commit_bytes, now_ms
 from ..actions.commit_info import VACUUM_START, commit_info_args, in_commit_timestamp_of
 from ..base.arguments import bool_arg, int_arg, str_arg, str_map_arg
+from ..base.arrow_utils import from_strings
 from ..base.errors import (
     CommitFailedError,
     ConcurrentTransactionError,
@@ -607,8 +609,14 @@ class Transaction:
         snap, config = self.snapshot, self.configuration
         assert config is not None  # validate_commit checked
         # A recommitted file keeps its ids; a blind append adds files new to the table, so it does not
-        # read the file list to look for them (unless it is in memory anyway).
-        live = snap.files if snap is not None and (snap.files_loaded or not self._is_blind_append()) else None
+        # read the file list to look for them (unless it is in memory anyway). Only the adds' own live rows
+        # are looked up (streamed when the list is not in memory), and none without adds or row tracking:
+        # VACUUM START of a table of 10,000,000 files must not read them all.
+        live = None
+        wanted = snap is not None and self.adds and config.row_tracking_supported
+        if wanted and (snap.files_loaded or not self._is_blind_append()):
+            paths = from_strings([a.path for a in self.adds])
+            live, _ = snap.filtered_files(lambda t: t.filter(pc.is_in(t.column("path"), value_set=paths)))
         return plan_row_ids(config.protocol, config.metadata, snap.domain_metadata if snap else {},
                             live, self.adds, f"table {self.table.uri}")  # fmt: skip
 

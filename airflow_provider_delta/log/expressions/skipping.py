@@ -56,6 +56,10 @@ class FileStatistics:
         self.struct_stats = struct_stats  # a checkpoint's stats_parsed, for files without JSON stats
         self.physical = physical
 
+    def partition_only(self, expr: Expr) -> bool:
+        """Whether ``expr`` reads partition columns only (partition values alone decide it)."""
+        return _partition_only(expr, self)
+
     def stat(self, kind: str, path: tuple[str, ...]) -> pa.Array | None:
         """A statistic of every file: from the JSON stats, else from the checkpoint's struct stats."""
         json_value = self._stat(self.stats, kind, path)

@@ -152,12 +152,21 @@ class Scan:
         md = config.metadata
         mode = config.column_mapping_mode
         physical = {f["name"].lower(): physical_name(f, mode) for f in md.schema["fields"]}
-        stats = typed_file_stats(config.stats_schema, files) if "stats" in files.column_names else None
         # The checkpoint's parsed statistics line up with the whole file list only (not with change reads'
         # files, nor with a streamed batch).
-        live = stats is not None and not streamed and files is self.snapshot.files
+        live = "stats" in files.column_names and not streamed and files is self.snapshot.files
         parsed = checkpoint_stats(self.snapshot, files) if live else None
         typed = typed_partition_values(md, files, mode)
+        if typed.num_columns:
+            # Partition values first: they are cheap, and the files they rule out never have their JSON
+            # statistics parsed (most of a plan's time: 4.5 of 8 s for 1 % of 1,000,000 files).
+            facts = FileStatistics(files.num_rows, typed, None, physical)
+            if facts.partition_only(self.filter):
+                return files.filter(files_matching(self.filter, facts))
+            first = files_matching(self.filter, facts)
+            files, typed = files.filter(first), typed.filter(first)
+            parsed = parsed.filter(first) if parsed is not None else None
+        stats = typed_file_stats(config.stats_schema, files) if "stats" in files.column_names else None
         facts = FileStatistics(files.num_rows, typed, stats, physical, parsed)
         return files.filter(files_matching(self.filter, facts))
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..actions.actions import Metadata
-from ..base.arrow_utils import EMPTY_STRING, NULL_STRING, TRUE, string_scalar
+from ..base.arrow_utils import EMPTY_STRING, NULL_STRING, TRUE, map_value, string_scalar
 from ..base.errors import CorruptLogError
 from .schema import decimal_params, delta_type_to_arrow, physical_partition_names
 
@@ -210,7 +210,7 @@ def typed_partition_values(metadata: Metadata, files: pa.Table, mode: str) -> pa
     raw = files.column("partitionValues")
     typed = {}
     for c in columns:
-        values = pc.map_lookup(raw, string_scalar(physical[c]), "first")
+        values = map_value(raw, physical[c])
         try:
             typed[c] = parse_partition_values(values, by_lower[c.lower()])
         except (ValueError, OverflowError) as exc:
