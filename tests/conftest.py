@@ -13,9 +13,11 @@ with them every bucket this server holds.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -42,6 +44,8 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 _process = os.environ.get("PYTEST_XDIST_WORKER", "main")
 if os.environ.get("PYTEST_AIRFLOW_HOME_SET") != _process:
     _home = tempfile.mkdtemp(prefix=f"airflow-home-{_process}-")
+    # Removed when this process ends (a run used to leave one per process in the temp folder).
+    atexit.register(shutil.rmtree, _home, ignore_errors=True)
     os.environ["AIRFLOW_HOME"] = _home
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_home, "dags")
     os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"

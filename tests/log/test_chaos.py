@@ -64,8 +64,11 @@ def _assert_clean(result: ChaosResult, *, server_faults: bool) -> None:
     assert audit.acknowledged > 0 and result.events["checkpoint"] > 0, report
     assert sum(result.client_faults.values()) > 0 and sum(result.kills.values()) > 0, report
     assert not server_faults or sum(result.server_faults.values()) > 0, report
-    # Writers left version checksums behind, each of which the audit compared with its version's replay.
-    assert audit.checksums["agrees"] > 0, report
+    # Every version checksum left behind (the writers', the final checkpoint's) was compared with its
+    # version's replay: a mismatch is a problem below, and at least one was there to compare. The race's
+    # own may all be gone: log cleanup with zero retention deletes those below its newest checkpoint, and a
+    # slow run (a loaded machine) may leave none after it.
+    assert audit.checksums["agrees"] + final.checksums["agrees"] > 0, report
     # Nothing acknowledged lost, nothing twice, every live file there, the log, checkpoints and checksums
     # consistent.
     assert not result.failures, report

@@ -217,8 +217,9 @@ def apply_checkpoint_batch(
         col = batch.column(name)
         if col.null_count == len(col):
             continue
-        # conform() also reshapes what legacy writers stored (maps as structs, missing fields).
-        actions = conform(col.filter(col.is_valid()), target)
+        # conform() also reshapes what legacy writers stored (maps as structs, missing fields). Most
+        # batches of a big checkpoint hold file actions only: no copy of them then.
+        actions = conform(col if col.null_count == 0 else col.filter(col.is_valid()), target)
         _check_utf8(actions, name, path)
         table = struct_to_table(actions)
         if touched is not None:
