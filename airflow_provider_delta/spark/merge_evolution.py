@@ -13,7 +13,7 @@ Schema evolution (``merge(..., merge_schema=True)``, Delta Spark's ``withSchemaE
 - on tables with ``delta.enableTypeWidening=true`` a column assigned a value of a wider type is widened
   ("Type Widening": the field's ``delta.typeChanges`` records ``fromType``/``toType``) where Delta widens
   automatically: integers to wider integers, float to double, decimals to more digits on both sides; struct
-  fields at any depth likewise (``merge_structs.evolved_type``).
+  fields at any depth likewise (the core's ``schema.type_widening``, which the in-task MERGE shares).
   Otherwise the value is cast to the column's type (an overflow fails the job, nothing is committed).
 
 Identity columns ("Identity Columns"): an insert that does not give a value gets one generated beyond the
@@ -34,9 +34,8 @@ from airflow_provider_delta.log.base.errors import IdentityColumnError, Unsuppor
 from airflow_provider_delta.log.expressions.expressions import ColumnNotFoundError
 from airflow_provider_delta.log.features.creation import required_features
 from airflow_provider_delta.log.features.identity import IdentityColumn, identity_columns
-from airflow_provider_delta.log.schema.schema import TYPE_CHANGES, decimal_params
+from airflow_provider_delta.log.schema.type_widening import TYPE_WIDENING, evolve_columns
 
-from .merge_structs import evolved_type
 from .row_changes import analysed
 from .schema import assign_column_mapping
 
@@ -45,21 +44,6 @@ if TYPE_CHECKING:
 
     from .merge_clause import Clause
     from .target import Target
-
-TYPE_WIDENING = "typeWidening"
-_INTEGERS = ("byte", "short", "integer", "long")
-
-
-def widens(old: Any, new: Any) -> bool:
-    """Whether Delta widens a column of type ``old`` to ``new`` on its own during schema evolution."""
-    if not (isinstance(old, str) and isinstance(new, str)) or old == new:
-        return False
-    if old in _INTEGERS and new in _INTEGERS:
-        return _INTEGERS.index(new) > _INTEGERS.index(old)
-    if (old, new) == ("float", "double"):
-        return True
-    a, b = decimal_params(old), decimal_params(new)
-    return bool(a and b) and b[1] >= a[1] and b[0] - b[1] >= a[0] - a[1]
 
 
 def named_assignments(target: Target, clause: Clause, source_by_lower: Mapping[str, str], s_alias: str,
@@ -134,16 +118,10 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
             else:
                 raise ColumnNotFoundError(f"cannot {clause.action} {name!r}: not a column of {target.where} "
                                           "nor of the source, so schema evolution cannot add it")  # fmt: skip
-    nested, widened = _assigned_types(target, probe, values, by_lower)
-    if not new and not widened and not nested:
+    assigned = _assigned_types(target, probe, values, by_lower)
+    partitions = target.snap.partition_columns
+    if not evolve_columns(schema, assigned, widening=_widening(target), partitions=partitions) and not new:
         return
-    for field in schema["fields"]:
-        if field["name"] in nested:
-            field["type"] = nested[field["name"]]
-        if field["name"] in widened:
-            changes = field.setdefault("metadata", {}).setdefault(TYPE_CHANGES, [])
-            changes.append({"fromType": field["type"], "toType": widened[field["name"]]})
-            field["type"] = widened[field["name"]]
     order = {f.name.lower(): i for i, f in enumerate(source.schema.fields)}
     schema["fields"].extend(sorted(new.values(), key=lambda f: order[f["name"].lower()]))
     current = target.configuration
@@ -161,33 +139,20 @@ def evolve(target: Target, probe: DataFrame, clauses: list[Clause], source: Data
 
 
 def _assigned_types(target: Target, probe: DataFrame, values: dict[str, tuple[str, Any]],
-                    by_lower: dict[str, dict]) -> tuple[dict[str, Any], dict[str, str]]:  # fmt: skip
-    """What the assigned values do to existing columns, their types read once from ``probe``: struct
-    (array, map) columns whose values carry fields the table's type lacks, or wider fields, -> the evolved
-    Delta type (``merge_structs.evolved_type``); and columns of a primitive type assigned a wider one
-    Delta widens to -> the new type, only on tables that enable type widening and never for partition
-    columns (their values live in the log)."""
+                    by_lower: dict[str, dict]) -> list[tuple[str, Any]]:  # fmt: skip
+    """(column, Delta type) of the assigned values that can evolve a column, their types read once from
+    ``probe``: values of struct (array, map) columns, and, on tables that enable type widening, values of
+    the other columns but partition columns (``type_widening.evolve_columns`` decides what changes)."""
     widening = _widening(target)
     partitions = {c.lower() for c in target.snap.partition_columns}
     asked = {what: value for what, (name, value) in values.items()
              if isinstance(by_lower[name.lower()]["type"], dict)
              or (widening and name.lower() not in partitions)}  # fmt: skip
     if not asked:
-        return {}, {}
+        return []
     resolved = analysed(probe, asked, target.where)
-    nested: dict[str, Any] = {}
-    widened: dict[str, str] = {}
-    for what in asked:
-        name = values[what][0]
-        kind = probe.select(resolved[what]).schema.fields[0].dataType.jsonValue()
-        current = by_lower[name.lower()]["type"]
-        if isinstance(current, dict):
-            current = nested.get(name, current)
-            if (grown := evolved_type(current, kind, widens if widening else None)) != current:
-                nested[name] = grown
-        elif widens(widened.get(name, current), kind):
-            widened[name] = kind
-    return nested, widened
+    return [(values[what][0], probe.select(resolved[what]).schema.fields[0].dataType.jsonValue())
+            for what in asked]  # fmt: skip
 
 
 def _widening(target: Target) -> bool:

@@ -10,7 +10,8 @@ types are cast); a field more or less is refused (Delta Spark: "Cannot cast"). W
 (``merge_schema``), as Delta Spark's nested schema evolution:
 
 - a field the source's struct has and the table's lacks is appended to the table's struct (nullable, the
-  source's type; under column mapping with an id and physical name), at any depth (:func:`evolved_type`);
+  source's type; under column mapping with an id and physical name), at any depth (the core's
+  ``schema.type_widening.evolved_type``, which the in-task MERGE shares);
 - a field the source's struct lacks keeps the row's current value in an update and is NULL in an insert
   (in structs inside arrays and maps, which cannot be matched to the current elements, it is NULL);
 - a NULL struct from the source stays NULL (Delta Spark's ``preserveNullSourceStructs``), except in an
@@ -20,12 +21,9 @@ types are cast); a field more or less is refused (Delta Spark: "Cannot cast"). W
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.log.base.errors import SchemaMismatchError
-from airflow_provider_delta.log.schema.schema import TYPE_CHANGES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -60,7 +58,7 @@ def conform(value: Column, source: DataType, target: DataType, old: Column | Non
 
     ``old`` is the row's current value for an update (fields the source lacks keep it), None for an
     insert. Raises ``SchemaMismatchError`` naming the field path when the structs differ and ``evolve``
-    is false (with evolution, ``target`` already has every source field: :func:`evolved_type`)."""
+    is false (with evolution, ``target`` already has every source field: ``type_widening.evolved_type``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StructType
 
@@ -99,32 +97,3 @@ def conform(value: Column, source: DataType, target: DataType, old: Column | Non
                                                                evolve, f"{where}.value"))  # fmt: skip
         return out.cast(target)
     return value.cast(target)
-
-
-def evolved_type(table: Any, source: Any, widens: Callable[[Any, Any], bool] | None = None) -> Any:
-    """The table's type (Delta schema JSON) with the fields the source's type (Spark's JSON form, which
-    is Delta's) adds, at any depth; the table's own fields keep their place, type and metadata. With
-    ``widens`` (the table enables type widening), a struct field whose source type it accepts takes that
-    type, recorded in the field's ``delta.typeChanges`` as Delta Spark records it ("Type Widening")."""
-    if not (isinstance(table, dict) and isinstance(source, dict)) or table.get("type") != source.get("type"):
-        return table
-    out = copy.deepcopy(table)
-    if table["type"] == "struct":
-        by_lower = {f["name"].lower(): f for f in out["fields"]}
-        for field in source["fields"]:
-            mine = by_lower.get(field["name"].lower())
-            if mine is None:
-                out["fields"].append({"name": field["name"], "type": copy.deepcopy(field["type"]),
-                                      "nullable": True, "metadata": {}})  # fmt: skip
-            elif widens is not None and widens(mine["type"], field["type"]):
-                changes = mine.setdefault("metadata", {}).setdefault(TYPE_CHANGES, [])
-                changes.append({"fromType": mine["type"], "toType": field["type"]})
-                mine["type"] = field["type"]
-            else:
-                mine["type"] = evolved_type(mine["type"], field["type"], widens)
-    elif table["type"] == "array":
-        out["elementType"] = evolved_type(table["elementType"], source["elementType"], widens)
-    elif table["type"] == "map":
-        out["keyType"] = evolved_type(table["keyType"], source["keyType"], widens)
-        out["valueType"] = evolved_type(table["valueType"], source["valueType"], widens)
-    return out

@@ -1,7 +1,8 @@
 """DELETE, UPDATE and MERGE in the task, on Arrow (``log/row_changes``): Delta Spark's semantics (clause
 order, NULL keys, the cardinality rule), deletion vectors where the table enables them and copy-on-write of
-the touched files only elsewhere, change data, row ids kept, the table's rules, exactly once, bad input
-refused by name with nothing written, and concurrent changes on disjoint partitions both committing.
+the touched files only elsewhere, change data, row ids kept, the table's rules, types widened by a MERGE's
+schema evolution where the table enables type widening, exactly once, bad input refused by name with
+nothing written, and concurrent changes on disjoint partitions both committing.
 deltalake's MERGE, DELETE and UPDATE are the oracle for the rows (on tables it can change); Delta Spark's
 agreement is in tests/oracle.
 """
@@ -311,6 +312,138 @@ def test_merge_schema_adds_the_source_columns_and_identity_values_are_generated(
     assert [r["sk"] for r in rows] == [1, 2, 3]  # kept for matched rows, generated for the insert
     with pytest.raises(IdentityColumnError, match="sk"):
         DeltaTable(uri).merge(source, "target.id = source.id").when_matched_update({"sk": "0"}).execute()
+
+
+WIDENING = {"delta.enableTypeWidening": "true"}
+TO_LONG = [{"fromType": "integer", "toType": "long"}]
+
+
+def _narrow_table(tmp_path: Path, config: dict, name: str = "t", **options) -> str:
+    """id BIGINT, v INT, p INT, s STRING: three rows, as Delta Spark's type widening examples."""
+    uri = str(tmp_path / name)
+    data = pa.table({"id": pa.array([1, 2, 4], pa.int64()), "v": pa.array([1, 2, 4], pa.int32()),
+                     "p": pa.array([1, 1, 2], pa.int32()), "s": ["a", "b", "d"]})  # fmt: skip
+    DeltaTable(uri).write(data, configuration=config, **options)
+    return uri
+
+
+def _all(builder):
+    return builder.when_matched_update_all().when_not_matched_insert_all().execute()
+
+
+def _field(uri: str, name: str) -> dict:
+    return next(f for f in DeltaTable(uri).snapshot().metadata.schema["fields"] if f["name"] == name)
+
+
+def _file_types(uri: str, column: str) -> list[pa.DataType]:
+    """The type of ``column`` in each live data file, as written."""
+    import pyarrow.parquet as pq
+
+    return [pq.read_schema(str(Path(uri) / path)).field(column).type
+            for path in DeltaTable(uri).snapshot().files.column("path").to_pylist()]  # fmt: skip
+
+
+@pytest.mark.parametrize("config", [{}, DV, CDF], ids=["copy-on-write", "deletion-vectors", "change-data"])
+def test_merge_schema_widens_a_column_where_the_table_enables_type_widening(tmp_path, config):
+    """Delta Spark's MERGE WITH SCHEMA EVOLUTION on a table with ``delta.enableTypeWidening``: an INT
+    column given BIGINT values by ``*`` becomes BIGINT, recorded in ``delta.typeChanges``; the rows it
+    writes (updated, inserted and copied) are BIGINT in their files, and older files are read widened."""
+    uri = _narrow_table(tmp_path, {**WIDENING, **config})
+    source = pa.table({"id": pa.array([2, 3], pa.int64()), "v": pa.array([5_000_000_000, 3], pa.int64()),
+                       "p": pa.array([1, 2], pa.int32()), "s": ["x", "y"]})  # fmt: skip
+    result = _all(DeltaTable(uri).merge(source, "target.id = source.id", merge_schema=True))
+    assert result.version == 1
+    v = _field(uri, "v")
+    assert v["type"] == "long" and v["metadata"]["delta.typeChanges"] == TO_LONG
+    assert _field(uri, "id")["metadata"] == {} and _field(uri, "p")["type"] == "integer"
+    assert [(r["id"], r["v"], r["s"]) for r in _rows(uri)] == [(1, 1, "a"), (2, 5_000_000_000, "x"),
+                                                               (3, 3, "y"), (4, 4, "d")]  # fmt: skip
+    assert DeltaTable(uri).to_pyarrow_table().schema.field("v").type == pa.int64()
+    types = _file_types(uri, "v")
+    written = [t for t in types if t == pa.int64()]
+    assert written and (pa.int32() in types) == bool(config.get("delta.enableDeletionVectors"))
+    if config == CDF:
+        changes = DeltaTable(uri).changes(1, 1).to_table()
+        got = {(r["id"], r["v"], r["_change_type"]) for r in changes.to_pylist()}
+        assert got == {(2, 2, "update_preimage"), (2, 5_000_000_000, "update_postimage"), (3, 3, "insert")}
+
+
+def test_merge_schema_widens_by_an_assigned_expression_and_struct_fields(tmp_path):
+    uri = _narrow_table(tmp_path, WIDENING)
+    source = pa.table({"id": pa.array([2, 3], pa.int64()), "v": pa.array([5, 3], pa.int64())})
+    DeltaTable(uri).merge(source, "target.id = source.id", merge_schema=True) \
+        .when_matched_update({"v": "source.v + 1", "p": "target.p + 1"}).execute()  # fmt: skip
+    assert _field(uri, "v")["type"] == "long" and _field(uri, "v")["metadata"]["delta.typeChanges"] == TO_LONG
+    assert _field(uri, "p")["type"] == "integer"  # INT + 1 is an INT: nothing to widen
+    assert [(r["id"], r["v"], r["p"]) for r in _rows(uri)] == [(1, 1, 1), (2, 6, 2), (4, 4, 2)]
+    # Struct fields widen at any depth, inside arrays too, each recording its own change.
+    nested = str(tmp_path / "nested")
+    pair = pa.struct([("a", pa.int32()), ("b", pa.int32())])
+    DeltaTable(nested).write(pa.table({
+        "id": pa.array([1, 2], pa.int64()),
+        "x": pa.array([{"a": 1, "b": 10}, {"a": 2, "b": 20}], pair),
+        "arr": pa.array([[{"a": 1, "b": 10}], None], pa.list_(pair)),
+    }), configuration=WIDENING)  # fmt: skip
+    wider = pa.struct([("a", pa.int64()), ("b", pa.int32())])
+    source = pa.table({"id": pa.array([2, 3], pa.int64()),
+                       "x": pa.array([{"a": 5_000_000_000, "b": 50}, {"a": 6, "b": 60}], wider),
+                       "arr": pa.array([[{"a": 5, "b": 5}], None], pa.list_(wider))})  # fmt: skip
+    _all(DeltaTable(nested).merge(source, "target.id = source.id", merge_schema=True))
+    x, arr = _field(nested, "x"), _field(nested, "arr")
+    assert x["metadata"] == {} and [f["type"] for f in x["type"]["fields"]] == ["long", "integer"]
+    assert x["type"]["fields"][0]["metadata"]["delta.typeChanges"] == TO_LONG
+    assert arr["type"]["elementType"]["fields"][0]["metadata"]["delta.typeChanges"] == TO_LONG
+    assert [(r["id"], r["x"], r["arr"]) for r in _rows(nested)] == [
+        (1, {"a": 1, "b": 10}, [{"a": 1, "b": 10}]), (2, {"a": 5_000_000_000, "b": 50}, [{"a": 5, "b": 5}]),
+        (3, {"a": 6, "b": 60}, None)]  # fmt: skip
+
+
+def test_a_widened_merge_key_matches_in_its_new_type(tmp_path):
+    """The key column itself widened: old rows (INT in their files) and a source key beyond INT's range
+    are compared as BIGINT, so the old rows still match and the new key is inserted."""
+    uri = str(tmp_path / "t")
+    old = pa.table({"id": pa.array([1, 2], pa.int32()), "v": ["a", "b"]})
+    DeltaTable(uri).write(old, configuration=WIDENING)
+    source = pa.table({"id": pa.array([2, 5_000_000_000], pa.int64()), "v": ["x", "y"]})
+    result = _all(DeltaTable(uri).merge(source, "target.id = source.id", merge_schema=True))
+    assert (result.metrics["numTargetRowsUpdated"], result.metrics["numTargetRowsInserted"]) == (1, 1)
+    assert _field(uri, "id")["metadata"]["delta.typeChanges"] == TO_LONG
+    assert [(r["id"], r["v"]) for r in _rows(uri)] == [(1, "a"), (2, "x"), (5_000_000_000, "y")]
+
+
+def test_merge_schema_never_widens_a_partition_column(tmp_path):
+    """A partition column's values live in the log as text of its type: Delta Spark casts the wider
+    values to it (an overflow fails) rather than widening it, and so do we."""
+    uri = _narrow_table(tmp_path, WIDENING, partition_by=["p"])
+    source = pa.table({"id": pa.array([2, 3], pa.int64()), "v": pa.array([2, 3], pa.int32()),
+                       "p": pa.array([7, 8], pa.int64()), "s": ["x", "y"]})  # fmt: skip
+    _all(DeltaTable(uri).merge(source, "target.id = source.id", merge_schema=True))
+    assert _field(uri, "p") == {"name": "p", "type": "integer", "nullable": True, "metadata": {}}
+    assert [(r["id"], r["p"]) for r in _rows(uri)] == [(1, 1), (2, 7), (3, 8), (4, 2)]
+    files = _data_files(Path(uri))
+    huge = source.set_column(2, "p", pa.array([5_000_000_000, 1], pa.int64()))
+    with pytest.raises(SchemaMismatchError, match="'p'"):
+        _all(DeltaTable(uri).merge(huge, "target.id = source.id", merge_schema=True))
+    assert DeltaTable(uri).version() == 1 and _data_files(Path(uri)) == files
+
+
+def test_no_widening_without_the_property_or_without_merge_schema(tmp_path):
+    """Without ``delta.enableTypeWidening`` (writers must not widen then) or without ``merge_schema``, a
+    wider value is cast to the column's type, and one it cannot hold is refused by name, nothing written."""
+    wide = pa.table({"id": pa.array([2, 3], pa.int64()), "v": pa.array([5_000_000_000, 3], pa.int64()),
+                     "p": pa.array([1, 2], pa.int32()), "s": ["x", "y"]})  # fmt: skip
+    plain = _narrow_table(tmp_path, {}, "plain")
+    DeltaTable(plain).merge(wide.slice(1), "target.id = source.id", merge_schema=True) \
+        .when_not_matched_insert({"id": "source.id", "v": "source.v + 1"}).execute()  # fmt: skip
+    assert _field(plain, "v") == {"name": "v", "type": "integer", "nullable": True, "metadata": {}}
+    assert [r["v"] for r in _rows(plain)] == [1, 2, 4, 4]
+    widening = _narrow_table(tmp_path, WIDENING, "widening")
+    for uri, evolve in ((plain, True), (widening, False)):
+        version, files = DeltaTable(uri).version(), _data_files(Path(uri))
+        with pytest.raises(SchemaMismatchError, match="'v'"):
+            _all(DeltaTable(uri).merge(wide, "target.id = source.id", merge_schema=evolve))
+        assert DeltaTable(uri).version() == version and _data_files(Path(uri)) == files
+        assert _field(uri, "v")["type"] == "integer"
 
 
 def test_bad_merges_are_refused_by_name_before_anything_is_written(tmp_path):

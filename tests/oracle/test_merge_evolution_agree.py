@@ -29,15 +29,6 @@ from airflow_provider_delta.log.features.identity import identity_columns
 from airflow_provider_delta.spark import merge, update
 
 ENGINES = ["spark", "arrow"]
-# Where the Arrow engine (DeltaTable.merge) is known to differ from Delta Spark 4.4 (docs/compatibility.md, 9:
-# it does not widen types): case -> what it does instead, asserted in place of agreement. Delta Spark widens
-# INT to BIGINT under delta.enableTypeWidening (delta.typeChanges); ours refuses a value the column cannot
-# hold by name, and keeps the column's type when the values fit.
-ARROW_DIFFERS = {
-    "widening": "SchemaMismatchError",
-    "widening by an expression": "keeps v INT",
-    "struct field widened": "SchemaMismatchError",
-}
 
 
 def _engines(cases: list[str]) -> list[Any]:
@@ -143,11 +134,6 @@ def _arrow_source(spark: Any, query: str) -> Any:
     return df.to(nullable(df.schema)).toArrow()
 
 
-def _logical_of(uri: str, column: str) -> Any:
-    return next(_logical(f["type"]) for f in DeltaTable(uri).snapshot().metadata.schema["fields"]
-                if f["name"] == column)  # fmt: skip
-
-
 def _schema(uri: str) -> list[tuple]:
     out = []
     for f in DeltaTable(uri).snapshot().metadata.schema["fields"]:
@@ -246,14 +232,6 @@ def _agree(oracle: Oracle, spark: Any, tmp_path: Path, case: str, base: Path, so
     shutil.copytree(base, ours)
     before = DeltaTable(ours).version()
     our_error = _attempt(lambda: _ours(spark, ours, source, clauses, evolve, engine=engine))
-    differs = ARROW_DIFFERS.get(case) if engine == "arrow" else None
-    if differs is not None:  # the known difference, asserted: refused by name, or committed unwidened
-        assert their_error is None, f"{case}: Delta Spark now refuses it too ({their_error})"
-        if differs.startswith("keeps"):
-            assert our_error is None and _logical_of(ours, "v") == "integer" != _logical_of(theirs, "v"), case
-        else:
-            assert our_error == differs and DeltaTable(ours).version() == before, (case, our_error)
-        return
     case = f"{case} ({engine})"
     print(f"{case}: Delta Spark {their_error or 'committed'}, ours {our_error or 'committed'}")
     assert (their_error is None) == (our_error is None), f"{case}: {their_error} vs {our_error}"  # fmt: skip

@@ -33,7 +33,9 @@ read and the pruning condition, so MERGEs into disjoint partitions both commit.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,12 +46,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..actions.actions import AddFile
+from ..actions.actions import AddFile, Metadata
 from ..base.arrow_utils import empty_table
 from ..base.errors import (
     IdentityColumnError,
     InvalidConditionError,
     MergeCardinalityError,
+    SchemaMismatchError,
     UnsupportedFeatureError,
 )
 from ..expressions.evaluate import evaluate, predicate_mask
@@ -66,12 +69,14 @@ from ..expressions.expressions import (
 from ..expressions.expressions import literal as literal_of
 from ..expressions.skipping import FileStatistics
 from ..expressions.sql_parser import UnsupportedExpressionError, parse
+from ..features.creation import assign_column_mapping, required_features
 from ..features.identity import high_water_marks, identity_columns
 from ..scans.scan import Scan
 from ..schema.physical_columns import logical_type
 from ..schema.schema import delta_schema_to_arrow, physical_name
 from ..schema.stats import typed_file_stats
-from ..writes.write_plan import plan_write
+from ..schema.type_widening import TYPE_WIDENING, evolve_columns, narrowed_type
+from ..writes.write_plan import incoming_schema, plan_write
 from .arrow_rows import (
     ROW_VERSION,
     RowsWriter,
@@ -279,18 +284,22 @@ class _Merge:
     # -- set-up ---------------------------------------------------------------------------------------
     def _evolve(self) -> None:
         """``merge_schema``: the source's new columns added to the table (nullable), as Delta Spark's
-        schema evolution for ``*`` clauses, through the write planner's schema merge."""
+        schema evolution for ``*`` clauses, through the write planner's schema merge; on tables that
+        enable type widening, columns assigned values of a wider type widened ("Type Widening")."""
         target = self.target
+        widening = _widening_enabled(target)
         # What the clauses write from the source: every source column for a ``*`` clause, and the source
         # column an explicit assignment copies (under the table column's name), as Delta Spark evolves.
         by_lower = {f.name.lower(): f for f in self.full.schema}
-        known = {c.lower() for c in target.columns}
+        known = {c.lower(): c for c in target.columns}
         evolving: dict[str, pa.Field] = {}
+        assigned: list[tuple[str, pa.DataType]] = []  # (table column, value type), in clause order
         for clause in self.builder.clauses:
             if clause.action == "delete":
                 continue
             if clause.assignments is None:
                 evolving.update(by_lower)
+                assigned += [(known[n], f.type) for n, f in by_lower.items() if n in known]
                 continue
             for column, value in clause.assignments.items():
                 if column.lower() not in known:  # a new column, of its value's type
@@ -300,22 +309,58 @@ class _Merge:
                 if path and len(path) == 2 and path[0].lower() == self.s_alias.lower() and \
                         path[1].lower() in by_lower:  # a source column copied: its fields evolve the column's
                     evolving.setdefault(column.lower(), by_lower[path[1].lower()].with_name(column))
+                    assigned.append((known[column.lower()], by_lower[path[1].lower()].type))
+                elif widening:
+                    assigned.append((known[column.lower()], self._value_type(value)))
         # The table's columns no clause writes ride along as they are (not the identity columns: the
         # planner would take them for values given to a column that generates its own).
         table = delta_schema_to_arrow(target.snap.metadata.schema)
         generated = {c.name.lower() for c in identity_columns(target.snap.metadata.schema)}
         kept = [f for f in table if f.name.lower() not in evolving and f.name.lower() not in generated]
-        plan = plan_write(target.snap, pa.schema([*evolving.values(), *kept]), partition_by=None,
-                          schema_mode="merge", overwrite=False, configuration=None, replace_where=None,
-                          what="the MERGE source", option="merge_schema=True")  # fmt: skip
-        extra = [f for f in self.full.schema if f.name.lower() not in {c.lower() for c in target.columns}]
+        incoming = incoming_schema(pa.schema([*evolving.values(), *kept]))
+        # The planner's merge knows no widening: where the values widen a column it sees the column's type,
+        # and the widening follows it (partition columns keep theirs: their values are cast).
+        if widening:
+            current = {f["name"].lower(): f["type"] for f in target.snap.metadata.schema["fields"]}
+            for field in incoming["fields"]:
+                if field["name"].lower() in current:
+                    field["type"] = narrowed_type(current[field["name"].lower()], field["type"])
+        plan = plan_write(target.snap, incoming, partition_by=None, schema_mode="merge", overwrite=False,
+                          configuration=None, replace_where=None, what="the MERGE source",
+                          option="merge_schema=True")  # fmt: skip
+        extra = [f for f in self.full.schema if f.name.lower() not in known]
         if plan.protocol is not None and plan.protocol != target.snap.protocol:
             raise UnsupportedFeatureError(
                 f"merge_schema: the source's new columns {[f.name for f in extra]} need a protocol "
                 f"upgrade of {target.where}; add the columns first (ALTER TABLE ... ADD COLUMNS)",
             )
-        if plan.metadata is not None:
-            target.metadata = plan.metadata
+        metadata = plan.metadata or target.snap.metadata
+        if widening:
+            metadata = self._widened(metadata, assigned)
+        if metadata is not target.snap.metadata:
+            target.metadata = metadata
+
+    def _widened(self, metadata: Metadata, assigned: list[tuple[str, pa.DataType]]) -> Metadata:
+        """``metadata`` with the columns widened that values of a wider type are assigned to (partition
+        columns never: their values are cast, as without widening), as Delta Spark's MERGE WITH SCHEMA
+        EVOLUTION widens them (``type_widening.evolve_columns``)."""
+        kinds = [(column, kind) for column, arrow in assigned if (kind := _delta_type(arrow)) is not None]
+        schema = copy.deepcopy(metadata.schema)
+        partitions = self.target.snap.partition_columns
+        if not evolve_columns(schema, kinds, widening=True, partitions=partitions):
+            return metadata
+        config = dict(metadata.configuration)
+        current = self.target.snap.table_configuration
+        if current.column_mapping_mode != "none":  # struct fields an assigned expression adds
+            config = assign_column_mapping(schema, config)
+        missing = current.unsupported(required_features(schema, config))
+        if missing:
+            raise UnsupportedFeatureError(
+                f"the MERGE's evolved schema needs table feature(s) {', '.join(missing)} that "
+                f"{self.target.where} does not enable", features=tuple(missing),
+            )  # fmt: skip
+        text = json.dumps(schema, separators=(",", ":"))
+        return dataclasses.replace(metadata, configuration=config, schema_string=text)
 
     def _value_type(self, value: Any) -> pa.DataType:
         """The Arrow type of an assigned value, from evaluating it over no rows of both sides."""
@@ -589,6 +634,9 @@ class _Merge:
         for j, (t, s) in enumerate(self.keys):
             values = self.source.column(s)
             kind = rows.schema.field(t).type
+            if self.target.evolved and kind != (wider := self._target_type(t)):
+                left[f"k{j}"] = rows.column(t).cast(wider)  # a widened key: compared in its new type
+                kind = wider
             if values.type != kind:
                 try:
                     values = pc.cast(values, kind)
@@ -799,6 +847,22 @@ def _footer(target: Target, add: AddFile) -> pq.FileMetaData:
     store = target.table.store
     with store.fs.open(store.table_file(add.path), "rb") as fh:
         return pq.ParquetFile(fh).metadata
+
+
+def _widening_enabled(target: Target) -> bool:
+    """Whether the table lets schema evolution widen types: the property and the feature, as the Spark
+    engine asks ("Type Widening": writers must not widen without the property)."""
+    config = target.snap.table_configuration
+    return config.type_widening_enabled and config.supports(TYPE_WIDENING)
+
+
+def _delta_type(kind: pa.DataType) -> Any | None:
+    """The Delta type of an assigned value's Arrow type, as the writer converts incoming data; None for a
+    type Delta has none for (such values are cast to the column's type, never widen it)."""
+    try:
+        return incoming_schema(pa.schema([pa.field("value", kind)]))["fields"][0]["type"]
+    except SchemaMismatchError:
+        return None
 
 
 def _is_column(text: str) -> bool:
