@@ -446,6 +446,27 @@ def test_no_widening_without_the_property_or_without_merge_schema(tmp_path):
         assert _field(uri, "v")["type"] == "integer"
 
 
+def test_merge_schema_takes_a_narrower_source_as_the_column_type(tmp_path):
+    """A source column narrower than the table's (SMALLINT into INT), or the same source the day after a
+    MERGE widened the column, is cast to the column's type as without ``merge_schema`` (Delta Spark's
+    store assignment): the column keeps its type, and a pipeline's next run is not refused."""
+    uri = _narrow_table(tmp_path, WIDENING)
+    narrow = pa.table({"id": pa.array([2, 7], pa.int32()), "v": pa.array([20, 70], pa.int16()),
+                       "p": pa.array([1, 2], pa.int8()), "s": ["x", "y"]})  # fmt: skip
+    _all(DeltaTable(uri).merge(narrow, "target.id = source.id", merge_schema=True))
+    assert [_field(uri, c)["type"] for c in ("id", "v", "p")] == ["long", "integer", "integer"]
+    assert _field(uri, "v")["metadata"] == {}
+    wide = narrow.set_column(1, "v", pa.array([5_000_000_000, 8], pa.int64()))
+    _all(DeltaTable(uri).merge(wide, "target.id = source.id", merge_schema=True))
+    assert _field(uri, "v")["type"] == "long"
+    # The next run's source is INT again: merged into the widened column, not refused.
+    again = narrow.set_column(1, "v", pa.array([21, 71], pa.int32()))
+    result = _all(DeltaTable(uri).merge(again, "target.id = source.id", merge_schema=True))
+    assert result.metrics["numTargetRowsUpdated"] == 2
+    assert _field(uri, "v")["metadata"]["delta.typeChanges"] == TO_LONG
+    assert [(r["id"], r["v"]) for r in _rows(uri)] == [(1, 1), (2, 21), (4, 4), (7, 71)]
+
+
 def test_bad_merges_are_refused_by_name_before_anything_is_written(tmp_path):
     uri = _table(tmp_path)
     files = _data_files(Path(uri))

@@ -318,13 +318,17 @@ class _Merge:
         generated = {c.name.lower() for c in identity_columns(target.snap.metadata.schema)}
         kept = [f for f in table if f.name.lower() not in evolving and f.name.lower() not in generated]
         incoming = incoming_schema(pa.schema([*evolving.values(), *kept]))
-        # The planner's merge knows no widening: where the values widen a column it sees the column's type,
-        # and the widening follows it (partition columns keep theirs: their values are cast).
-        if widening:
-            current = {f["name"].lower(): f["type"] for f in target.snap.metadata.schema["fields"]}
-            for field in incoming["fields"]:
-                if field["name"].lower() in current:
-                    field["type"] = narrowed_type(current[field["name"].lower()], field["type"])
+        # A column of a primitive type keeps it in the planner's eyes: its values are cast as they are
+        # without merge_schema (an overflow refused by name), so a narrower source (SMALLINT into INT, or
+        # yesterday's INT into a column widened since) merges as in Delta Spark, and a widening follows the
+        # plan. The planner's merge knows no widening: in structs it sees the fields' own types too.
+        current = {f["name"].lower(): f["type"] for f in target.snap.metadata.schema["fields"]}
+        for field in incoming["fields"]:
+            old = current.get(field["name"].lower())
+            if isinstance(old, str):
+                field["type"] = old
+            elif old is not None and widening:
+                field["type"] = narrowed_type(old, field["type"])
         plan = plan_write(target.snap, incoming, partition_by=None, schema_mode="merge", overwrite=False,
                           configuration=None, replace_where=None, what="the MERGE source",
                           option="merge_schema=True")  # fmt: skip
