@@ -585,13 +585,10 @@ def _referenced(snap: Any, cutoff: int) -> set[str]:
     return keep
 
 
-@pytest.mark.parametrize("kind", ["classic", "multi-part", "v2"])
-def test_vacuum_keeps_what_the_full_replay_references_after_a_checkpoint(tmp_path: Path, kind: str):
+def build_dv_checkpoint_table(root: Path, kind: str, now: int) -> DeltaTable:
     """Deletion vectors added, replaced and removed before and after a classic, multi-part or V2 (sidecars)
-    checkpoint: VACUUM, which replays only paths, DVs and deletion timestamps, keeps exactly what the full
-    replay (every field, every tombstone: what VACUUM read before) references."""
-    root = tmp_path / "t"
-    now = int(time.time() * 1000)  # the checkpoint keeps tombstones within the table's retention of now
+    checkpoint, tombstones 1 and 3 days old, a file that no commit after its add touches, orphans old and
+    new: 3 deletion-vector files VACUUM (48 hours) deletes and 6 it keeps."""
     config = {"delta.enableDeletionVectors": "true"}
     if kind == "v2":
         config |= {"delta.checkpointPolicy": "v2", "delta.feature.v2Checkpoint": "supported"}
@@ -606,9 +603,9 @@ def test_vacuum_keeps_what_the_full_replay_references_after_a_checkpoint(tmp_pat
             f.path, now - age_ms, partition_values={"p": "a"}, deletion_vector=f.deletion_vector
         )
 
-    files = {n: AddFile(write(root, f"p=a/{n}.parquet", now=now), 10, {"p": "a"}) for n in "ABCDEFG"}
-    files |= {n: with_dv(files[n]) for n in "ABDF"}
-    t.transaction().add_files([files[n] for n in "ABCDEF"]).commit()
+    files = {n: AddFile(write(root, f"p=a/{n}.parquet", now=now), 10, {"p": "a"}) for n in "ABCDEFGH"}
+    files |= {n: with_dv(files[n], prefix="q" if n == "B" else "") for n in "ABDF"}
+    t.transaction().add_files([files[n] for n in "ABCDEFH"]).commit()
     t.transaction().remove_files([removed(files["C"], 3 * DAY), removed(files["D"], 1 * DAY)]).commit()
     # A new deletion vector for a file: its old (path, DV) is removed, the same path added with the new one.
     for n, age_ms in (("A", 3 * DAY), ("B", 1 * DAY)):
@@ -623,6 +620,17 @@ def test_vacuum_keeps_what_the_full_replay_references_after_a_checkpoint(tmp_pat
     write(root, "p=a/orphan.parquet", now=now)
     write(root, f"deletion_vector_{uuid.uuid4()}.bin", now=now)
     write(root, "p=a/orphan-new.parquet", age_ms=1 * HOUR, now=now)
+    return t
+
+
+@pytest.mark.parametrize("kind", ["classic", "multi-part", "v2"])
+def test_vacuum_keeps_what_the_full_replay_references_after_a_checkpoint(tmp_path: Path, kind: str):
+    """Deletion vectors added, replaced and removed before and after a classic, multi-part or V2 (sidecars)
+    checkpoint: VACUUM, which replays only paths, DVs and deletion timestamps, keeps exactly what the full
+    replay (every field, every tombstone: what VACUUM read before) references."""
+    root = tmp_path / "t"
+    now = int(time.time() * 1000)  # the checkpoint keeps tombstones within the table's retention of now
+    t = build_dv_checkpoint_table(root, kind, now)
 
     log_dir = root / "_delta_log"
     cp = {

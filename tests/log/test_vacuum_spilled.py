@@ -18,7 +18,20 @@ import deltalake
 import numpy as np
 import pyarrow as pa
 import pytest
-from test_vacuum import DAY, HOUR, NOW, SCHEMA, _dv, add, age, build_mixed, copy_golden, data_files, write
+from test_vacuum import (
+    DAY,
+    HOUR,
+    NOW,
+    SCHEMA,
+    _dv,
+    add,
+    age,
+    build_dv_checkpoint_table,
+    build_mixed,
+    copy_golden,
+    data_files,
+    write,
+)
 
 from airflow_provider_delta.log import AddFile, DeltaTable, RemoveFile
 from airflow_provider_delta.log.maintenance import vacuum as vacuum_module
@@ -117,36 +130,7 @@ def test_deletion_vectors_before_and_after_a_checkpoint(tmp_path: Path, monkeypa
     replace checkpointed files' deletion vectors and remove some: the same files as the whole replay."""
     root = tmp_path / "t"
     now = int(time.time() * 1000)
-    config = {"delta.enableDeletionVectors": "true"}
-    if kind == "v2":
-        config |= {"delta.checkpointPolicy": "v2", "delta.feature.v2Checkpoint": "supported"}
-    t = DeltaTable.create(str(root), SCHEMA, partition_by=["p"], configuration=config)
-
-    def with_dv(f: AddFile, prefix: str = "") -> AddFile:
-        dv = _dv(root, prefix=prefix, now=now)
-        return AddFile(f.path, f.size, {"p": "a"}, stats='{"numRecords":2,"tightBounds":false}',
-                       deletion_vector=dv)  # fmt: skip
-
-    def removed(f: AddFile, age_ms: int) -> RemoveFile:
-        return RemoveFile(
-            f.path, now - age_ms, partition_values={"p": "a"}, deletion_vector=f.deletion_vector
-        )
-
-    files = {n: AddFile(write(root, f"p=a/{n}.parquet", now=now), 10, {"p": "a"}) for n in "ABCDEFGH"}
-    files |= {n: with_dv(files[n], prefix="q" if n == "B" else "") for n in "ABDF"}
-    t.transaction().add_files([files[n] for n in "ABCDEFH"]).commit()
-    t.transaction().remove_files([removed(files["C"], 3 * DAY), removed(files["D"], 1 * DAY)]).commit()
-    for n, age_ms in (("A", 3 * DAY), ("B", 1 * DAY)):
-        old, files[n] = files[n], with_dv(files[n])
-        t.transaction().remove_files([removed(old, age_ms)]).add_files([files[n]]).commit()
-    t.checkpoint(parts=3 if kind == "multi-part" else 2 if kind == "v2" else None)
-    old, files["F"], files["G"] = files["F"], with_dv(files["F"]), with_dv(files["G"], prefix="xy")
-    t.transaction().remove_files([removed(old, 3 * DAY), removed(files["E"], 3 * DAY)]).add_files(
-        [files["F"], files["G"]]
-    ).commit()
-    write(root, "p=a/orphan.parquet", now=now)
-    write(root, f"deletion_vector_{uuid.uuid4()}.bin", now=now)
-    write(root, "p=a/orphan-new.parquet", age_ms=1 * HOUR, now=now)
+    t = build_dv_checkpoint_table(root, kind, now)
     assert load_snapshot(t.store).segment.checkpoint.kind == kind
 
     files = both_agree(root, t, monkeypatch, spy, retention_hours=48, enforce_retention_duration=False,
