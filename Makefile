@@ -27,7 +27,10 @@ export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 
 .PHONY: test lint demo bench fuzz chaos sync uv clean distclean tools browser oracle
 
-test: lint tools oracle
+# The set-up steps run side by side (downloads, Go's build of the GCS emulator, Maven), each one's output
+# shown whole when it ends; then the suite.
+test:
+	@$(MAKE) --no-print-directory --jobs=3 --output-sync=target lint tools oracle
 	$(UV_RUN) pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 lint: sync
