@@ -64,6 +64,8 @@ def native_write_blocker(plan: WritePlan, store: LogStore) -> str | None:
     - storage other than the local file system: the files are renamed out of the staging folder, which
       object stores cannot do cheaply or atomically (s3a's committers are out of scope);
     - column mapping: files must hold physical names and Parquet field ids;
+    - partition values materialized in the files (IcebergCompat, ``materializePartitionColumns``): Spark's
+      partitioned writer leaves partition columns out of the files;
     - ``timestamp_ntz`` columns: the pyarrow path writes them as Delta specifies (INT64 micros, not
       adjusted to UTC); Spark's writer for them is not checked against Delta readers here;
     - ``variant`` and any other type not listed in ``_PRIMITIVES``: Spark's encoding is not checked;
@@ -77,6 +79,8 @@ def native_write_blocker(plan: WritePlan, store: LogStore) -> str | None:
         return f"storage {store.protocol!r}: the staging folder is renamed, which needs a local file system"
     if plan.config.column_mapping_mode != "none":
         return "column mapping: files need physical names and Parquet field ids"
+    if plan.layout.materialized_partitions:
+        return "partition values are materialized in the files, which Spark's partitioned writer leaves out"
     if plan.layout.data_page_version != "1.0":
         return "delta.parquet.format.version 2: Spark's DataPageV2 files are not checked here"
     partitions = {c.lower() for c in plan.partition_columns}

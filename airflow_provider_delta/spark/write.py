@@ -248,6 +248,7 @@ def write_data(
             modification_time=r["modificationTime"],
             data_change=True,
             stats=r["stats"],
+            tags=plan.layout.file_tags,  # IcebergCompatV2: the version the files were written under
         )
         for r in added
     ]

@@ -71,7 +71,7 @@ def test_every_record_says_what_the_feature_is_and_what_this_client_does():
         if f.legacy is not None:
             assert f.legacy[1] in range(2, 7) and f.legacy[0] in (1, 2), f.name
     # Features refused today are recorded, not missing.
-    for name in ("catalogManaged", "icebergCompatV1", "icebergCompatV2", "allowColumnDefaults",
+    for name in ("catalogManaged", "icebergCompatV3", "icebergWriterCompatV1", "allowColumnDefaults",
                  "checkpointProtection", "collations-preview"):  # fmt: skip
         assert FEATURES[name].disposition is not READ_WRITE, name
 

@@ -153,6 +153,19 @@ class IdentityColumnError(InvalidCommitError):
         self.column = column
 
 
+class IcebergCompatError(InvalidCommitError):
+    """A commit, a write or a new table would break a writer requirement of "Iceberg Compatibility V1/V2":
+    ``version`` is the IcebergCompat version, ``rule`` the requirement (``columnMapping``,
+    ``deletionVectors``, ``types``, ``nestedIds``, ``partitionSpec``, ``typeWidening``, ``numRecords``,
+    ``partitionValues``, ``singleVersion``, ``protocol``, ``rewrite``). Refused before anything was
+    written."""
+
+    def __init__(self, message: str, *, version: int, rule: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.rule = rule
+
+
 class UnsafeStorageError(DeltaError):
     """The storage backend cannot create a file only if it is absent, so concurrent commits could be lost."""
 

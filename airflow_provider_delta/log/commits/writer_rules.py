@@ -11,9 +11,13 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow.compute as pc
+
 from ..actions.actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from ..base.arguments import bool_arg, json_value_arg, str_arg
+from ..base.arrow_utils import from_strings
 from ..base.errors import InvalidCommitError
+from ..features import iceberg_compat
 from ..features.clustering import check_commit as check_clustering
 from ..features.configuration import TableConfiguration
 from ..features.identity import check_generated_values
@@ -106,6 +110,24 @@ def validate_commit(txn: PendingCommit) -> None:
     _check_partitions(txn, config, where)
     _check_constraints(txn, config, where)
     _check_features(txn, config, where)
+    _check_iceberg_compat(txn, config, where)
+
+
+def _check_iceberg_compat(txn: PendingCommit, config: TableConfiguration, where: str) -> None:
+    """The writer requirements of "Iceberg Compatibility V1/V2": the table the commit leaves (against the
+    version it read), numRecords in every add, and, when the commit turns IcebergCompat on, no live file
+    that would need rewriting."""
+    previous = txn.snapshot.table_configuration if txn.snapshot is not None else None
+    if previous is not None and config.iceberg_compat_version not in (None, previous.iceberg_compat_version):
+        # Turned on by this commit: first whether the live files would need rewriting, the likeliest reason
+        # (what the metadata lacks for them, nested ids above all, follows from that).
+        files = txn.snapshot.files
+        if txn.removes and files.num_rows:  # files this commit removes need no rewriting
+            gone = from_strings(sorted({r.path for r in txn.removes}))
+            files = files.filter(pc.invert(pc.is_in(files.column("path"), value_set=gone)))
+        iceberg_compat.check_enabling(previous, config, files, where)
+    iceberg_compat.check_table(config, where, previous=previous)
+    iceberg_compat.check_adds(config, txn.adds, where)
 
 
 def _check_features(txn: PendingCommit, config: TableConfiguration, where: str) -> None:

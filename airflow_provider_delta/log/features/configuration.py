@@ -31,6 +31,7 @@ from .properties import (
     APPEND_ONLY,
     CHECKPOINT_INTERVAL,
     DELETED_FILE_RETENTION,
+    ENABLE_ICEBERG_COMPAT,
     LOG_RETENTION,
     SET_TRANSACTION_RETENTION,
     bool_property,
@@ -262,6 +263,27 @@ class TableConfiguration:
     def clustered(self) -> bool:
         return self.supports("clustering")
 
+    @cached_property
+    def iceberg_compat_properties(self) -> tuple[int, ...]:
+        """The IcebergCompat versions whose property (``delta.enableIcebergCompatV<n>``) is true, whether
+        or not the protocol lists the feature: what ``iceberg_compat`` checks against the protocol."""
+        on = [v for v, key in sorted(ENABLE_ICEBERG_COMPAT.items()) if bool_property(self.properties, key)]
+        return tuple(on)
+
+    @property
+    def iceberg_compat_version(self) -> int | None:
+        """The IcebergCompat version writers must follow ("Iceberg Compatibility V1/V2": the feature
+        supported and its property true), ``None`` when none is active. Two active at once is refused by
+        ``iceberg_compat.check_table``; the newer one answers here meanwhile."""
+        active = [v for v in self.iceberg_compat_properties if self.supports(f"icebergCompatV{v}")]
+        return max(active) if active else None
+
+    @property
+    def materialize_partition_columns(self) -> bool:
+        """Whether data files hold the partition columns too (after the other columns): IcebergCompat
+        active, or Delta Spark's ``materializePartitionColumns`` feature supported."""
+        return self.iceberg_compat_version is not None or self.supports("materializePartitionColumns")
+
     @property
     def type_widening_enabled(self) -> bool:
         return bool_property(self.properties, "delta.enableTypeWidening")
@@ -391,13 +413,15 @@ class TableConfiguration:
 
     def file_layout(self, hidden_columns: Sequence[str] = ()) -> FileLayout:
         """How rows become this table's data files (columns, partition folders, codec, statistics); with
-        ``hidden_columns`` (row tracking's materialized ids, which OPTIMIZE keeps) written last."""
+        ``hidden_columns`` (row tracking's materialized ids, which OPTIMIZE keeps) written after the table's
+        columns, and materialized partition columns after those."""
         if not hidden_columns and self._layout is not None:
             return self._layout
         layout = FileLayout.of(
             self.schema, self.metadata.partition_columns, self.column_mapping_mode, self.stats_schema,
             compression=self.parquet_compression, data_page_version=self.parquet_data_page_version,
-            hidden_columns=hidden_columns,
+            hidden_columns=hidden_columns, materialize_partitions=self.materialize_partition_columns,
+            iceberg_compat_version=self.iceberg_compat_version,
         )  # fmt: skip
         if not hidden_columns:
             self._layout = layout

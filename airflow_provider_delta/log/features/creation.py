@@ -3,7 +3,9 @@
 Picks the lowest protocol the table's features need, as Delta Spark does ("Protocol Evolution",
 "Writer Version Requirements"): 1/2 for a plain table, legacy versions while they suffice, table
 features (3/7) otherwise or when ``delta.feature.*`` properties ask for them. Under column mapping every
-field gets an id and a physical name ("Column Mapping").
+field gets an id and a physical name ("Column Mapping"); under IcebergCompatV2 every array element and map
+key and value an id too, as Delta Spark numbers them (``iceberg_compat``). A table that turns IcebergCompat
+on gets column mapping ``name`` unless a mode is given, and is refused by name when it breaks a rule.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from ..actions.actions import Metadata, Protocol
 from ..base.arguments import str_arg, str_list_arg, str_map_arg
 from ..base.errors import InvalidCommitError
 from ..schema.schema import CM_ID, CM_PHYSICAL_NAME, arrow_schema_to_delta
-from .configuration import MAX_COLUMN_ID, schema_marks
+from . import iceberg_compat
+from .configuration import MAX_COLUMN_ID, TableConfiguration, schema_marks
+from .properties import ENABLE_ICEBERG_COMPAT, bool_property
 from .protocol import required_protocol
 from .registry import Usage, asked_by_properties, used_by, with_requirements
 from .row_tracking import MATERIALIZED_ROW_COMMIT_VERSION, MATERIALIZED_ROW_ID
@@ -42,9 +46,11 @@ def _name_row_tracking_columns(configuration: dict[str, str]) -> None:
 
 def assign_column_mapping(schema: dict[str, Any], configuration: Mapping[str, str]) -> dict[str, str]:
     """Give every field without one a column id and a physical name, in place ("Writer Requirements for
-    Column Mapping"); returns the configuration with the new ``delta.columnMapping.maxColumnId``. Used when
-    a table is created and when a write adds columns."""
-    next_id = int(configuration.get(MAX_COLUMN_ID, 0))
+    Column Mapping"), and under IcebergCompatV2 every array element and map key and value without one a
+    nested id after them (``iceberg_compat.assign_nested_ids``); returns the configuration with the new
+    ``delta.columnMapping.maxColumnId``. Used when a table is created and when a write adds columns."""
+    # Nested ids count too (Delta Spark's findMaxColumnId): a new id never repeats one the schema holds.
+    next_id = max(int(configuration.get(MAX_COLUMN_ID, 0)), iceberg_compat.max_id(schema))
 
     def visit(fields: list[dict[str, Any]]) -> None:
         nonlocal next_id
@@ -61,6 +67,8 @@ def assign_column_mapping(schema: dict[str, Any], configuration: Mapping[str, st
                 visit(t["fields"])
 
     visit(schema["fields"])
+    if bool_property(configuration, ENABLE_ICEBERG_COMPAT[2]):
+        next_id = iceberg_compat.assign_nested_ids(schema, next_id)
     return {**configuration, MAX_COLUMN_ID: str(next_id)}
 
 
@@ -91,6 +99,7 @@ def initial_actions(
             )
         if isinstance(top[col]["type"], dict):
             raise InvalidCommitError(f"partition column {col!r} must have a primitive type")
+    configuration = iceberg_compat.creation_properties(configuration)
     features = required_features(delta_schema, configuration)
     if "columnMapping" in features:
         configuration = assign_column_mapping(delta_schema, configuration)
@@ -107,4 +116,5 @@ def initial_actions(
         description=description,
         created_time=int(time.time() * 1000),
     )
+    iceberg_compat.check_table(TableConfiguration(protocol, metadata), "the new table")
     return protocol, metadata

@@ -168,14 +168,18 @@ _RECORDS = (
     TableFeature("catalogOwned-preview", RW, REFUSED, None, requires=("inCommitTimestamp",),
                  commits_through_catalog=True, spec="Delta Spark", preview_of="catalogManaged",
                  note="the preview of catalogManaged: commits go through the table's catalog"),
-    TableFeature("icebergCompatV1", W, READ_ONLY, None, "delta.enableIcebergCompatV1=true",
+    TableFeature("icebergCompatV1", W, READ_WRITE, None, "delta.enableIcebergCompatV1=true",
                  requires=("columnMapping",),
                  spec="Iceberg Compatibility V1",
-                 note="writers must keep the table convertible to Iceberg, which we do not yet do"),
-    TableFeature("icebergCompatV2", W, READ_ONLY, None, "delta.enableIcebergCompatV2=true",
+                 note="our writers follow its writer requirements (iceberg_compat): column mapping, no "
+                 "deletion vectors, partition values in the data files, numRecords in every add, no "
+                 "map, array or void columns"),
+    TableFeature("icebergCompatV2", W, READ_WRITE, None, "delta.enableIcebergCompatV2=true",
                  requires=("columnMapping",),
                  spec="Iceberg Compatibility V2",
-                 note="writers must keep the table convertible to Iceberg, which we do not yet do"),
+                 note="our writers follow its writer requirements (iceberg_compat): column mapping, "
+                 "element/key/value ids, no active deletion vectors, partition values in the data "
+                 "files, numRecords in every add, int64 timestamps, Iceberg's types"),
     TableFeature("icebergCompatV3", W, READ_ONLY, None, "delta.enableIcebergCompatV3=true",
                  requires=("columnMapping", "rowTracking"),
                  spec="Delta Spark", note="not yet in the protocol text"),
@@ -200,8 +204,9 @@ _RECORDS = (
                  note="the table redirects to another location"),
     TableFeature("redirectWriterOnly-preview", W, READ_ONLY, None, spec="Delta Spark",
                  note="the table redirects writes to another location"),
-    TableFeature("materializePartitionColumns", W, READ_ONLY, None, spec="Delta Spark",
-                 note="writers must also write partition values into data files, which this client does not"),
+    TableFeature("materializePartitionColumns", W, READ_WRITE, None,
+                 "delta.enableMaterializePartitionColumnsFeature=true", spec="Delta Spark",
+                 note="our writers write partition values into the data files too, after the other columns"),
 )  # fmt: skip
 
 FEATURES: dict[str, TableFeature] = {f.name: f for f in _RECORDS}

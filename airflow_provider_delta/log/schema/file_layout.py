@@ -5,7 +5,10 @@ change data files: the Arrow writer, OPTIMIZE, row deletes and updates, and the 
 is a small picklable value). Spec: "Data Files" (Hive-style ``col=value`` folders escaped as Spark escapes
 them, ``__HIVE_DEFAULT_PARTITION__`` for null), "Writer Requirements for Column Mapping" (physical names and
 field ids), "Void Type" (never materialized), "Per-file Statistics", and the ``delta.parquet.*`` table
-properties ("Table Properties").
+properties ("Table Properties"). Under "Iceberg Compatibility V1/V2" (and Delta Spark's
+``materializePartitionColumns``) each file also holds its partition values as columns, after every other
+column (row tracking's hidden ones included, as Delta Spark's writer appends partition columns to the rest),
+with their physical names and field ids, and its ``add`` carries Delta Spark's ``ICEBERG_COMPAT_VERSION`` tag.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..base.arrow_utils import from_numpy, from_strings
+from .partition_values import parse_partition_values
 from .schema import delta_schema_to_arrow, physical_name
 from .stats import file_stats
 
@@ -27,6 +33,9 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
 _UNESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _EXTENSIONS = {"none": "", "snappy": ".snappy", "gzip": ".gz", "lz4": ".lz4raw", "zstd": ".zstd"}
+# Delta Spark's tag on the adds of files written under IcebergCompatV2 or later (``AddFile.Tags``): REORG
+# TABLE ... APPLY (UPGRADE UNIFORM) rewrites the files without it.
+ICEBERG_COMPAT_TAG = "ICEBERG_COMPAT_VERSION"
 
 
 def escape_path_name(text: str) -> str:
@@ -121,6 +130,10 @@ class FileLayout:
     compression: str = "zstd"  # pyarrow's name of the codec
     data_page_version: str = "1.0"
     hidden_columns: tuple[str, ...] = ()  # row tracking's materialized columns (OPTIMIZE keeps them)
+    # The partition columns as files hold them when their values are materialized (IcebergCompat,
+    # materializePartitionColumns): physical names, field ids, after ``physical``; empty otherwise.
+    partition_fields: pa.Schema = pa.schema([])
+    iceberg_compat_version: int | None = None  # the IcebergCompat version files are written under
 
     @classmethod
     def of(
@@ -133,6 +146,8 @@ class FileLayout:
         compression: str,
         data_page_version: str,
         hidden_columns: Sequence[str] = (),
+        materialize_partitions: bool = False,
+        iceberg_compat_version: int | None = None,
     ) -> FileLayout:
         partitions = {c.lower() for c in partition_columns}
         data_fields = without_void([f for f in schema["fields"] if f["name"].lower() not in partitions])
@@ -140,6 +155,10 @@ class FileLayout:
         for name in hidden_columns:
             physical = physical.append(pa.field(name, pa.int64()))
         by_lower = {f["name"].lower(): f for f in schema["fields"]}
+        partition_fields = pa.schema([])
+        if materialize_partitions and partition_columns:
+            in_order = [by_lower[c.lower()] for c in partition_columns]
+            partition_fields = delta_schema_to_arrow({"type": "struct", "fields": in_order}, physical=True)
         return cls(
             data_columns=tuple(f["name"] for f in data_fields),
             physical=physical,
@@ -151,11 +170,48 @@ class FileLayout:
             compression=compression,
             data_page_version=data_page_version,
             hidden_columns=tuple(hidden_columns),
+            partition_fields=partition_fields,
+            iceberg_compat_version=iceberg_compat_version,
         )
 
     @property
     def physical_partition_names(self) -> list[str]:
         return [physical for _, physical, _ in self.partitions]
+
+    @property
+    def materialized_partitions(self) -> bool:
+        """Whether files hold their partition values as columns too."""
+        return len(self.partition_fields) > 0
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The Arrow schema of a whole file: ``physical`` (the table's columns, then the hidden ones), then
+        the materialized partition columns ("Writer Requirements for IcebergCompatV1": after the data
+        columns)."""
+        if not self.materialized_partitions:
+            return self.physical
+        return pa.schema([*self.physical, *self.partition_fields])
+
+    @property
+    def file_tags(self) -> dict[str, str] | None:
+        """The tags of a written file's ``add``: Delta Spark tags the files of IcebergCompatV2 and later
+        with the version they were written under."""
+        version = self.iceberg_compat_version
+        return {ICEBERG_COMPAT_TAG: str(version)} if version is not None and version >= 2 else None
+
+    def with_partition_values(self, rows: pa.Table, values: Mapping[str, str | None]) -> pa.Table:
+        """``rows`` (in ``physical``'s shape) with the file's partition values appended as columns when the
+        layout materializes them: the values the ``add`` records (by physical name), typed as the column,
+        so that a reader of the file and a reader of the log see the same value (null for ``""``)."""
+        if not self.materialized_partitions:
+            return rows
+        picks = from_numpy(np.zeros(rows.num_rows, dtype=np.int64))
+        for field, (_, physical, delta_type) in zip(self.partition_fields, self.partitions, strict=True):
+            raw = values.get(physical)
+            one = pa.nulls(1, pa.string()) if raw is None else from_strings([raw])
+            typed = parse_partition_values(one, delta_type).cast(field.type)
+            rows = rows.append_column(field, typed.take(picks))
+        return rows
 
     def partition_dir(self, values: Mapping[str, str | None]) -> str:
         return partition_dir(values, self.physical_partition_names)
@@ -165,11 +221,13 @@ class FileLayout:
         return f"{prefix}-{task:05d}-{uuid.uuid4()}.c000{_EXTENSIONS[self.compression]}.parquet"
 
     def parquet_writer(self, sink: IO[bytes] | str, schema: pa.Schema | None = None) -> pq.ParquetWriter:
-        """A writer of this table's files: its codec and data page version, dictionaries for strings."""
-        schema = self.physical if schema is None else schema
+        """A writer of this table's files (``file_schema`` unless given): its codec and data page version,
+        dictionaries for strings, timestamps as INT64 microseconds (never INT96: "Writer Requirements for
+        IcebergCompatV2")."""
+        schema = self.file_schema if schema is None else schema
         return pq.ParquetWriter(
             sink, schema, compression=self.compression, data_page_version=self.data_page_version,
-            use_dictionary=dictionary_columns(schema),
+            use_dictionary=dictionary_columns(schema), use_deprecated_int96_timestamps=False,
         )  # fmt: skip
 
     def stats(self, footer: pq.FileMetaData) -> str:

@@ -36,6 +36,23 @@ def widens(old: Any, new: Any) -> bool:
     return bool(a and b) and b[1] >= a[1] and b[0] - b[1] >= a[0] - a[1]
 
 
+def iceberg_follows(old: Any, new: Any) -> bool:
+    """Whether Iceberg V2's schema evolution can follow a column's type change from ``old`` to ``new``
+    ("Iceberg Compatibility V1/V2": type changes must be ones Iceberg V2 supports): ``int`` to ``long``
+    (byte and short are Iceberg ints), ``float`` to ``double``, a decimal's precision raised at the same
+    scale. Nothing else, not even a change Delta's type widening allows (a decimal's scale raised)."""
+    if old == new:
+        return True
+    if not (isinstance(old, str) and isinstance(new, str)):
+        return False
+    if old in _INTEGERS and new in _INTEGERS:
+        return _INTEGERS.index(new) >= _INTEGERS.index(old)
+    if (old, new) == ("float", "double"):
+        return True
+    a, b = decimal_params(old), decimal_params(new)
+    return bool(a and b) and a[1] == b[1] and b[0] >= a[0]
+
+
 def record_widening(field: dict, new: str) -> None:
     """Give ``field`` (a struct field, in place) the type ``new``, its change appended to the field's
     ``delta.typeChanges`` as Delta Spark records it."""

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..actions.actions import AddFile
-from ..base.errors import InvalidCommitError
+from ..base.errors import IcebergCompatError, InvalidCommitError
 from ..schema.file_layout import FileLayout
 from ..schema.stats import file_stats
 from ..snapshot.snapshot import Snapshot
@@ -34,6 +34,8 @@ class DataFileWriter:
 
     :param layout: the table's file layout: the file's physical Arrow schema (physical names, field ids
         under column mapping), its codec and data page version, and the statistics the table keeps.
+        Rows are given in its ``physical`` shape; the layout appends the partition values where files
+        must hold them (IcebergCompat), so every writer of data files follows that rule here.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class DataFileWriter:
         return self.handle.tell()
 
     def write(self, table: pa.Table) -> None:
+        table = self.layout.with_partition_values(table, self.partition_values)
         self.pending.append(table)
         self.pending_rows += table.num_rows
         self.pending_bytes += table.nbytes
@@ -88,6 +91,7 @@ class DataFileWriter:
             modification_time=int(time.time() * 1000),
             data_change=True,
             stats=self.layout.stats(footer),
+            tags=self.layout.file_tags,
         )
 
     def abort(self) -> None:
@@ -124,6 +128,7 @@ def add_file_from_parquet(
     snap = table if isinstance(table, Snapshot) else table.snapshot()
     with store.open_input_file(full) as fh:
         footer = pq.read_metadata(fh)
+    _check_materialized(snap, path, footer)
     return AddFile(
         path=path,
         size=info.size,
@@ -133,3 +138,24 @@ def add_file_from_parquet(
         stats=file_stats(footer, snap.table_configuration.stats_schema),
         tags=tags,
     )
+
+
+def _check_materialized(snap: Snapshot, path: str, footer: pq.FileMetaData) -> None:
+    """A file added to a table whose files must hold their partition values (IcebergCompat,
+    materializePartitionColumns) must hold them as its last columns, by physical name; one written
+    elsewhere without them is refused by name before it is committed."""
+    config = snap.table_configuration
+    layout = config.file_layout()
+    if not layout.materialized_partitions:
+        return
+    wanted = layout.physical_partition_names
+    names = footer.schema.to_arrow_schema().names
+    if names[-len(wanted) :] == wanted:
+        return
+    message = (f"table {snap.store.uri}: {path} does not end with the partition columns {wanted} (their "
+               "physical names), which every data file of this table must hold after its other columns; "
+               "write the file with them, or write the rows through DeltaTable.write")  # fmt: skip
+    version = config.iceberg_compat_version
+    if version is not None:
+        raise IcebergCompatError(message, version=version, rule="partitionValues")
+    raise InvalidCommitError(message)

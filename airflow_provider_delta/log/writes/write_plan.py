@@ -6,8 +6,8 @@ commit must carry (a new table's, a merged schema's, features asked for with ``d
 configuration the files are written under (physical names, partition folders, codec, statistics: its
 ``file_layout``), the rules every row must satisfy (``table_rules``, plus ``replaceWhere``), the identity
 and generated columns the writer computes, and the refusals (append-only, features this client cannot
-write, schemas no data file can hold). Engines differ only in how they run the plan: the Arrow writer
-evaluates the rules over Arrow (``align``), Spark with Spark SQL on its executors.
+write, schemas no data file can hold, IcebergCompat's rules). Engines differ only in how they run the plan:
+the Arrow writer evaluates the rules over Arrow (``align``), Spark with Spark SQL on its executors.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..expressions.expressions import Expr
 from ..expressions.table_rules import Rule, compile_expression, compile_rule, generated_columns, table_rules
 from ..features.configuration import TableConfiguration
 from ..features.creation import assign_column_mapping, initial_actions, required_features
+from ..features.iceberg_compat import check_table as check_iceberg_compat
 from ..features.identity import IdentityColumn, columns_to_generate, identity_columns
 from ..features.protocol import check_write_supported
 from ..features.registry import FEATURE_PROPERTY_PREFIX, is_reader_feature, with_requirements
@@ -86,6 +87,7 @@ def rewrite_plan(
 ) -> WritePlan:
     """The plan of files written again under the table's own configuration (OPTIMIZE, the rewrite of a
     DELETE, UPDATE or MERGE): the table's columns by their names, its rules, nothing generated."""
+    check_iceberg_compat(config, where)
     config.check_data_writable(where)
     targets = {f["name"]: f["name"] for f in config.schema["fields"]}
     rules = tuple(table_rules(config.schema, config.constraints))
@@ -170,7 +172,7 @@ def plan_write(
         _check_partitions(schema, partitions)
     protocol = _protocol_with(snap, required_features(schema, config), asked, where)
     return _plan(metadata or snap.metadata, protocol, targets, replace_where, where,
-                 metadata_changed=metadata is not None, base=snap.protocol)  # fmt: skip
+                 metadata_changed=metadata is not None, base=snap.protocol, previous=current)  # fmt: skip
 
 
 def _check_partitions(schema: dict, partitions: list[str]) -> None:
@@ -224,10 +226,13 @@ def _protocol_with(snap: Snapshot, needed: set[str], asked: set[str], where: str
 def _plan(
     metadata: Metadata, protocol: Protocol | None, targets: dict[str, str], replace_where: str | None,
     where: str, *, metadata_changed: bool = True, base: Protocol | None = None,
+    previous: TableConfiguration | None = None,
 ) -> WritePlan:  # fmt: skip
     effective = protocol or base
     assert effective is not None
     config = TableConfiguration(effective, metadata)
+    # "Iceberg Compatibility V1/V2": types, nested ids, partition spec, type changes, deletion vectors.
+    check_iceberg_compat(config, where, previous=previous)
     config.check_data_writable(where)
     rules = table_rules(config.schema, config.constraints)
     if replace_where is not None:
