@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from parquet_field_ids import parquet_field_ids
 
 from airflow_provider_delta.log import AddFile, DeltaTable
 from airflow_provider_delta.log.actions.actions import Protocol, stats_num_records
@@ -61,36 +62,6 @@ def _create(tmp_path: Path, config: dict[str, str] | None = None, name: str = "t
     table = DeltaTable(str(tmp_path / name))
     table.write(_rows(range(6)), partition_by=["part", "day"], configuration={**V2, **(config or {})})
     return table
-
-
-def _field_ids(schema: pq.ParquetSchema) -> dict[str, int | None]:
-    """Dotted Parquet path -> field id of every element of a file's schema (None: it has none), Parquet's
-    repeated ``list`` and ``key_value`` groups left out (they have none in Delta Spark's files either)."""
-    out: dict[str, int | None] = {}
-    for i in range(len(schema)):
-        parts = schema.column(i).path.split(".")
-        for depth in range(1, len(parts) + 1):
-            if parts[depth - 1] not in ("list", "key_value"):
-                out.setdefault(".".join(parts[:depth]), None)
-    arrow = schema.to_arrow_schema()
-
-    def walk(field: pa.Field, path: str) -> None:
-        meta = field.metadata or {}
-        if b"PARQUET:field_id" in meta:
-            out[path] = int(meta[b"PARQUET:field_id"])
-        kind = field.type
-        if pa.types.is_struct(kind):
-            for child in kind:
-                walk(child, f"{path}.{child.name}")
-        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            walk(kind.value_field, f"{path}.list.element")
-        elif pa.types.is_map(kind):
-            walk(kind.key_field, f"{path}.key_value.key")
-            walk(kind.item_field, f"{path}.key_value.value")
-
-    for field in arrow:
-        walk(field, field.name)
-    return out
 
 
 def _expected_ids(schema: dict[str, Any]) -> dict[str, int]:
@@ -142,7 +113,7 @@ def _check_files(table: DeltaTable, untagged: frozenset[str] = frozenset()) -> i
         assert arrow.names[len(arrow.names) - len(physical):] == physical, add.path
         assert set(arrow.names[: len(arrow.names) - len(physical)]) <= {
             f["metadata"][CM_PHYSICAL_NAME] for f in schema["fields"] if f not in partitions}
-        ids = _field_ids(footer.schema)
+        ids = parquet_field_ids(footer.schema)
         assert ids == {path: expected[path] for path in ids}, add.path  # every column and nested id
         content = pq.read_table(str(Path(table.uri) / add.path))
         for f, name in zip(partitions, physical, strict=True):

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from oracle_client import Oracle
 from oracle_compare import Mismatches, compare_rows
+from parquet_field_ids import parquet_field_ids
 
 from airflow_provider_delta.log import AddFile, DeltaTable
 from airflow_provider_delta.log.schema.schema import CM_ID, CM_NESTED_IDS, CM_PHYSICAL_NAME
@@ -69,36 +70,9 @@ def _file_shape(path: Path) -> tuple[tuple[str, ...], dict[str, int | None], set
     """A data file's top-level columns in order, every Parquet path's field id (the repeated ``list`` and
     ``key_value`` groups left out: neither writer numbers them), and the physical types of its timestamps."""
     schema = pq.ParquetFile(str(path)).schema
-    ids: dict[str, int | None] = {}
-    timestamps = set()
-    for i in range(len(schema)):
-        column = schema.column(i)
-        if column.logical_type.type == "TIMESTAMP":
-            timestamps.add(column.physical_type)
-    for i in range(len(schema)):
-        parts = schema.column(i).path.split(".")
-        for depth in range(1, len(parts) + 1):
-            if parts[depth - 1] not in ("list", "key_value"):
-                ids.setdefault(".".join(parts[:depth]), None)
-
-    def walk(field: pa.Field, at: str) -> None:
-        meta = field.metadata or {}
-        if b"PARQUET:field_id" in meta:
-            ids[at] = int(meta[b"PARQUET:field_id"])
-        kind = field.type
-        if pa.types.is_struct(kind):
-            for child in kind:
-                walk(child, f"{at}.{child.name}")
-        elif pa.types.is_list(kind):
-            walk(kind.value_field, f"{at}.list.element")
-        elif pa.types.is_map(kind):
-            walk(kind.key_field, f"{at}.key_value.key")
-            walk(kind.item_field, f"{at}.key_value.value")
-
-    arrow = schema.to_arrow_schema()
-    for field in arrow:
-        walk(field, field.name)
-    return tuple(arrow.names), ids, timestamps
+    timestamps = {schema.column(i).physical_type for i in range(len(schema))
+                  if schema.column(i).logical_type.type == "TIMESTAMP"}  # fmt: skip
+    return tuple(schema.to_arrow_schema().names), parquet_field_ids(schema), timestamps
 
 
 def _compare_files(m: Mismatches, uri: str, where: str) -> None:
