@@ -218,6 +218,20 @@ def test_a_checksum_older_than_its_commit_is_not_used(tmp_path: Path, caplog):
     assert snap.app_transactions == {"job": 1}
 
 
+def test_a_copied_table_whose_checksum_landed_a_moment_before_its_commit_uses_it(tmp_path: Path, caplog):
+    """A copy (cp, provisioning, a restore from backup) writes a table's files in any order: a checksum a
+    moment older than its commit is still its own (``../shared/golden`` arrives that way)."""
+    t = DeltaTable.create(str(tmp_path), SCHEMA)
+    t.write(rows(3), app_id="job", app_version=1)
+    commit = tmp_path / "_delta_log" / f"{1:020d}.json"
+    crc = crc_path(tmp_path, 1)
+    os.utime(crc, (commit.stat().st_mtime - 0.5,) * 2)
+    with caplog.at_level(logging.WARNING):
+        snap = DeltaTable(str(tmp_path)).snapshot()
+    assert snap.checksum is not None and "older than its commit" not in caplog.text
+    assert snap.app_transactions == {"job": 1}
+
+
 def test_an_existing_checksum_is_never_overwritten(tmp_path: Path):
     t = DeltaTable.create(str(tmp_path), SCHEMA)
     t.write(rows(1))

@@ -533,6 +533,10 @@ def _apply_effect(small: _SmallState, effect: CommitEffect, data: bytes | None) 
         small.checksum = advance(small.checksum, effect)
 
 
+# A checksum written before its commit was left by an earlier table at the same place. Copies of a table
+# (cp, provisioning, a restore from backup) write its files in any order within moments of each other, so only
+# a checksum older than its commit by more than this is taken for such a leftover.
+STALE_CHECKSUM_MARGIN_MS = 2_000
 def read_usable_checksum(store: LogStore, segment: LogSegment) -> VersionChecksum | None:
     """The segment's newest checksum when a reader can start from it: well formed, not older than its
     commit, naming every ``txn`` and domain, with metadata a reader can use. Otherwise ``None``, with a
@@ -544,7 +548,7 @@ def read_usable_checksum(store: LogStore, segment: LogSegment) -> VersionChecksu
     assert version is not None
     where = store.log_file(f.name)
     own = next((c for c in segment.commits if commit_version(c.name) == version), None)
-    if own is not None and f.modification_time < own.modification_time:
+    if own is not None and f.modification_time < own.modification_time - STALE_CHECKSUM_MARGIN_MS:
         log.warning("ignoring %s: it is older than its commit, so it was not written for it", where)
         return None
     try:
