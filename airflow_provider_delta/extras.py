@@ -16,6 +16,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "s3fs": ("s3", "s3:// tables"),
     "gcsfs": ("gcs", "gs:// tables"),
     "adlfs": ("azure", "abfs:// and az:// tables"),
+    "pyiceberg": ("iceberg", "UniForm's Iceberg metadata (delta.universalFormat.enabledFormats=iceberg)"),
 }
 # Table URI scheme -> the fsspec implementation it needs (local and memory need none).
 SCHEME_MODULES = {

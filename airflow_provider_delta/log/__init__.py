@@ -26,6 +26,7 @@ from .base.errors import (
     RetentionTooShortError,
     StaleSnapshotError,
     TableNotFoundError,
+    UniformError,
     UnsafeStorageError,
     UnsupportedFeatureError,
     VersionNotFoundError,
@@ -37,6 +38,8 @@ from .row_changes.target import RowChangeResult
 from .snapshot.history import HistoryEntry
 from .snapshot.snapshot import Snapshot
 from .table import DeltaTable, read_table, write
+from .uniform.conversion import convert_to_iceberg
+from .uniform.status import IcebergStatus, iceberg_status
 from .writes.data_files import add_file_from_parquet
 
 __all__ = [
@@ -79,6 +82,10 @@ __all__ = [
     "StaleSnapshotError",
     "TableConfiguration",
     "TableNotFoundError",
+    "UniformError",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
+    "IcebergStatus",
+    "convert_to_iceberg",
+    "iceberg_status",
 ]

@@ -21,6 +21,7 @@ from .actions.actions import AddFile
 from .base.arguments import bool_arg, int_arg, str_arg, str_map_arg
 from .changes.changes import Bound, Changes, read_changes
 from .commits.transaction import CommitResult, Transaction
+from .features.configuration import TableConfiguration
 from .features.creation import initial_actions
 from .files.last_checkpoint import LastCheckpoint
 from .files.storage import LogStore
@@ -40,6 +41,8 @@ from .snapshot.checkpoint import write_checkpoint
 from .snapshot.history import HistoryEntry, locate_app_transaction, read_history, version_at_timestamp
 from .snapshot.snapshot import Snapshot, validate_checksum
 from .snapshot.table_context import TableContext
+from .uniform.conversion import convert_after_commit, convert_to_iceberg
+from .uniform.status import IcebergStatus, iceberg_status
 from .writes.data_files import add_file_from_parquet
 from .writes.write_rows import write_rows
 
@@ -258,6 +261,22 @@ class DeltaTable(TableContext):
     def cleanup_expired_logs(self, **options: Any) -> list[str]:
         """Delete log files older than ``delta.logRetentionDuration`` that no retained version needs."""
         return cleanup_expired_logs(self, **options)
+
+    # -- UniForm ----------------------------------------------------------------------------------------
+    def convert_to_iceberg(self) -> IcebergStatus:
+        """Write UniForm's Iceberg metadata for the latest version, catching up from the last version
+        converted (commits do this themselves when ``delta.universalFormat.enabledFormats`` names iceberg;
+        this catches up after one failed); see ``uniform.conversion``. Returns the status."""
+        return convert_to_iceberg(self)
+
+    def iceberg_status(self) -> IcebergStatus:
+        """How far UniForm's Iceberg metadata lags behind the latest version (``uniform.status``)."""
+        return iceberg_status(self)
+
+    def after_commit(self, version: int, config: TableConfiguration | None) -> None:
+        """The post-commit hook of every transaction on this table: UniForm's conversion of ``version``
+        (a failure is logged, never raised)."""
+        convert_after_commit(self, version, config)
 
     def compact_log(self, start: int | None = None, end: int | None = None) -> str | None:
         """Write a log compaction file of commits ``start`` to ``end`` (by default every commit since the

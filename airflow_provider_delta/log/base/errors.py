@@ -166,6 +166,18 @@ class IcebergCompatError(InvalidCommitError):
         self.rule = rule
 
 
+class UniformError(DeltaError):
+    """UniForm's Iceberg metadata cannot be written for a version of a table: ``rule`` says why
+    (``notEnabled``, ``columnMapping``, ``types``, ``nestedIds``, ``partitionSpec``, ``deletionVectors``,
+    ``metadata`` for a file under ``metadata/`` that is not Iceberg table metadata, ``conflict`` for a
+    conversion that kept losing races with others). The Delta commits stand; nothing of this conversion was
+    published, so the Iceberg metadata stays at the last version converted until a conversion succeeds."""
+
+    def __init__(self, message: str, *, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
 class UnsafeStorageError(DeltaError):
     """The storage backend cannot create a file only if it is absent, so concurrent commits could be lost."""
 

@@ -22,7 +22,7 @@ from ..base.errors import DeltaError
 from ..base.redaction import is_secret_option, redact, secret_values
 from ..snapshot.history import timestamp_ms
 from ..table import DeltaTable
-from . import layout
+from . import layout, uniform
 from .output import ProgressBar, columns, human_bytes, iso, pairs
 
 PROG = "deltalog"
@@ -150,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("validate", "compare a version's checksum (NNN.crc) with the state its log replays to")
     p.add_argument("--version", type=_version_arg, metavar="N", help="the version (default: the latest)")
     layout.add_commands(command, _version_arg, _timestamp_arg)
+    uniform.add_commands(command)
     return parser
 
 
@@ -435,6 +436,7 @@ COMMANDS: dict[str, tuple[Callable[[DeltaTable, argparse.Namespace], dict[str, A
     "compact-log": (compact_log_doc, print_compact_log),
     "validate": (validate_doc, print_validate),
     **layout.COMMANDS,
+    **uniform.COMMANDS,
 }
 
 

@@ -376,6 +376,7 @@ class Transaction:
                 self._hand_off(version, data)
                 if auto_checkpoint:
                     self._maybe_checkpoint(version)
+                self.table.after_commit(version, self.configuration)
                 return CommitResult(version, False, attempts, txn_id)
             if snap is None:
                 raise InvalidCommitError(f"a table already exists at {self.table.uri} (version 0 is taken)")

@@ -34,6 +34,7 @@ from .properties import (
     ENABLE_ICEBERG_COMPAT,
     LOG_RETENTION,
     SET_TRANSACTION_RETENTION,
+    UNIVERSAL_FORMATS,
     bool_property,
     column_mapping_mode_of,
     ict_enablement_version,
@@ -277,6 +278,13 @@ class TableConfiguration:
         ``iceberg_compat.check_table``; the newer one answers here meanwhile."""
         active = [v for v in self.iceberg_compat_properties if self.supports(f"icebergCompatV{v}")]
         return max(active) if active else None
+
+    @cached_property
+    def universal_formats(self) -> frozenset[str]:
+        """The formats ``delta.universalFormat.enabledFormats`` names, lower case: with ``iceberg`` every
+        commit is followed by the table's Iceberg metadata for its version (UniForm, ``uniform/``)."""
+        raw = self.properties.get(UNIVERSAL_FORMATS) or ""
+        return frozenset(name.strip().lower() for name in raw.split(",") if name.strip())
 
     @property
     def materialize_partition_columns(self) -> bool:

@@ -159,8 +159,16 @@ def check_table(
 ) -> None:
     """Refuse, by name, a table configuration (a new table's, a write plan's, a commit's) that breaks a
     writer requirement of the IcebergCompat version it turns on; ``previous`` is the configuration of the
-    version it follows (None for a new table). Nothing to check without IcebergCompat."""
+    version it follows (None for a new table). Nothing to check without IcebergCompat, except that UniForm
+    iceberg needs it (Delta Spark's DELTA_UNIVERSAL_FORMAT_VIOLATION: Iceberg metadata can only describe
+    a table kept convertible)."""
     asked = config.iceberg_compat_properties
+    if not asked and "iceberg" in config.universal_formats:
+        raise IcebergCompatError(
+            f"{where}: delta.universalFormat.enabledFormats names iceberg (UniForm), which requires "
+            "IcebergCompat: set delta.enableIcebergCompatV2=true too (it sets up column mapping)",
+            version=2, rule="universalFormat",
+        )  # fmt: skip
     if not asked:
         return
     version = max(asked)

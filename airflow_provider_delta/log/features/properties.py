@@ -31,6 +31,8 @@ APPEND_ONLY = "delta.appendOnly"
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 # "Iceberg Compatibility V1/V2": the properties that turn each version on (``iceberg_compat``).
 ENABLE_ICEBERG_COMPAT = {1: "delta.enableIcebergCompatV1", 2: "delta.enableIcebergCompatV2"}
+# "UniForm": the formats besides Delta a table keeps metadata for, comma-separated (``iceberg``).
+UNIVERSAL_FORMATS = "delta.universalFormat.enabledFormats"
 
 # Integer properties the core reads, with the least value that makes sense (-1: "all columns").
 INTEGER_PROPERTIES = {

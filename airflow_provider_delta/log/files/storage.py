@@ -353,10 +353,21 @@ def put_if_absent(store: LogStore, name: str, data: bytes, *, allow_unsafe: bool
     name exists, so readers never see a partial commit. A backend without an atomic create is refused
     unless ``allow_unsafe`` (e.g. a single writer that the caller guarantees).
     """
-    path = store.log_file(name)
+    create_if_absent(store, store.log_file(name), data, allow_unsafe=allow_unsafe)
+
+
+def create_if_absent(store: LogStore, path: str, data: bytes, *, allow_unsafe: bool = False) -> None:
+    """Create the file ``path`` (a full path on the store's filesystem) with ``data`` unless it exists, as
+    ``put_if_absent`` does for the log: ``FileExistsError`` if it does. UniForm's Iceberg metadata files are
+    published this way. A folder on the way that is a file is ``NotADirectoryError``, never taken for a
+    lost race."""
     if store.protocol in ("file", "local"):
-        os.makedirs(store.log_path, exist_ok=True)
-        tmp = store.log_file(f".{name}.{uuid.uuid4().hex}.tmp")
+        folder = posixpath.dirname(path)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except FileExistsError as exc:  # exist_ok does not cover a file standing where the folder goes
+            raise NotADirectoryError(f"{folder} is a file, not a folder") from exc
+        tmp = posixpath.join(folder, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -7,6 +7,7 @@ an operation is handed what it needs, a store and snapshots, instead of reaching
 
 from __future__ import annotations
 
+from ..features.configuration import TableConfiguration
 from ..files.storage import LogStore
 from .snapshot import Snapshot, load_snapshot, update_snapshot
 
@@ -42,6 +43,12 @@ class TableContext:
             if latest.version == version:
                 return latest
         return load_snapshot(self.store, version)
+
+    def after_commit(self, version: int, config: TableConfiguration | None) -> None:
+        """Called by a transaction once its commit landed as ``version`` (after its automatic checkpoint),
+        with the table configuration it committed (``None``: unknown):
+        where a facade runs its post-commit hooks (``DeltaTable`` writes UniForm's Iceberg metadata), so
+        that a transaction never reaches up for them. Must not raise: the commit stands whatever happens."""
 
     def advance(self, snap: Snapshot) -> None:
         """Keep ``snap``, newer than the snapshot held and read the same way, as the latest: a transaction

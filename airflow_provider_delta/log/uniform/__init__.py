@@ -1,0 +1,2 @@
+"""UniForm: a Delta table kept readable as an Iceberg table, its Iceberg metadata written after each
+commit."""
