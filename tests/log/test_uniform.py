@@ -510,3 +510,31 @@ def test_many_commits_keep_few_manifests_and_a_long_gap_converts_whole(tmp_path,
     summary = StaticTable.from_metadata(status.metadata_file).current_snapshot().summary
     assert summary["delta-version"] == str(table.version()) and summary.operation.value == "overwrite"
     assert summary["added-data-files"] == str(len(table.snapshot().files))  # the whole file list, added
+
+
+def test_old_snapshots_leave_the_metadata_so_its_size_stays_bounded(tmp_path, duck, monkeypatch):
+    """Every conversion writes the metadata file again: snapshots past VACUUM's horizon
+    (``delta.deletedFileRetentionDuration``: their files may be gone) and beyond the newest
+    ``MAX_SNAPSHOTS`` leave it (lowered here so that a few commits cross it); the newest still read as
+    their Delta versions."""
+    from pyiceberg.table import StaticTable
+
+    from airflow_provider_delta.log.uniform import conversion
+
+    monkeypatch.setattr(conversion, "MAX_SNAPSHOTS", 3)
+    table = _uniform_table(tmp_path / "t")
+    for start in range(0, 50, 10):
+        table.write(_rows(start, 3))
+    status = _assert_readers_agree(table, duck)
+    kept = snapshots_by_delta_version(status.metadata_file)
+    assert sorted(kept) == [3, 4, 5]
+    _assert_time_travel(table, duck, at_least=3)
+
+    vacuumed_at_once = {"delta.deletedFileRetentionDuration": "interval 0 hours"}
+    horizon = _uniform_table(tmp_path / "h", configuration=vacuumed_at_once)
+    for start in range(0, 30, 10):
+        horizon.write(_rows(start, 3))
+    status = _assert_readers_agree(horizon, duck)
+    iceberg = StaticTable.from_metadata(status.metadata_file)
+    assert [s.snapshot_id for s in iceberg.metadata.snapshots] == [iceberg.current_snapshot().snapshot_id]
+    assert iceberg.current_snapshot().summary["delta-version"] == "3"

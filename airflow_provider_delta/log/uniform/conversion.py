@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -63,6 +64,9 @@ log = logging.getLogger(__name__)
 MAX_COMMITS_TO_CONVERT = 100
 MAX_ATTEMPTS = 50  # races lost in a row before giving up (each one means another converter went ahead)
 NAME_MAPPING = "schema.name-mapping.default"
+# Iceberg snapshots kept in the metadata at most (besides those past VACUUM's horizon, which go anyway): the
+# metadata file is written again by every conversion, so its size must not grow with the table's history.
+MAX_SNAPSHOTS = 500
 
 
 class _WholeFileList(Exception):
@@ -197,6 +201,9 @@ def _build(
     table.use_schema(schema, spec, where)
     table.set_properties({DELTA_VERSION: str(snap.version), DELTA_TIMESTAMP: str(snap.timestamp),
                           NAME_MAPPING: name_mapping_json(table.metadata.schema())})  # fmt: skip
+    # Iceberg time travel reaches as far back as VACUUM leaves files (delta.deletedFileRetentionDuration),
+    # and at most MAX_SNAPSHOTS conversions back, so that each conversion's cost stays bounded.
+    table.expire_snapshots(int(time.time() * 1000) - config.deleted_file_retention_ms, MAX_SNAPSHOTS)
     return table.metadata
 
 

@@ -111,6 +111,23 @@ class IcebergMetadata:
         if changed:
             self.apply(SetPropertiesUpdate(updates=changed))
 
+    def expire_snapshots(self, older_than_ms: int, keep: int) -> int:
+        """Drop from the metadata the snapshots older than ``older_than_ms`` and all but the newest ``keep``
+        (never the current one), so that the metadata file, written again by every conversion, does not
+        grow with the table's history; returns how many. Only metadata: their manifests stay as orphans,
+        and the data files are VACUUM's, whose horizon ``older_than_ms`` is (a snapshot older than it may
+        name files already deleted)."""
+        from pyiceberg.table.update import RemoveSnapshotsUpdate
+
+        current = self.metadata.current_snapshot_id
+        ordered = sorted(self.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+        newest = {s.snapshot_id for s in ordered[-keep:]} if keep > 0 else set()
+        gone = [s.snapshot_id for s in ordered if s.snapshot_id != current
+                and (s.timestamp_ms < older_than_ms or s.snapshot_id not in newest)]  # fmt: skip
+        if gone:
+            self.apply(RemoveSnapshotsUpdate(snapshot_ids=gone))
+        return len(gone)
+
     # -- snapshots ---------------------------------------------------------------------------------------
     def add_snapshot(
         self,
