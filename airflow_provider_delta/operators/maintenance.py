@@ -1,4 +1,5 @@
-"""Table maintenance from Airflow: checkpoints, VACUUM and log cleanup (see docs/maintenance.md).
+"""Table maintenance from Airflow: checkpoints, VACUUM, log cleanup and UniForm's Iceberg catch-up (see
+docs/maintenance.md and docs/howto/uniform.md).
 
 Each operator is one core call on the hook's table handle; the rules (what a checkpoint holds, which files
 VACUUM may delete, which log files a cleanup may drop) live in the core's ``checkpoint``, ``vacuum`` and
@@ -167,3 +168,38 @@ class DeltaLogCleanupOperator(DeltaBaseOperator):
         self.record_version(context, table, "LOG CLEANUP")
         self.log.info("log cleanup of %s: deleted %d expired log files", self.table_uri, len(deleted))
         return deleted
+
+
+class DeltaIcebergConvertOperator(DeltaBaseOperator):
+    """Catch a UniForm table's Iceberg metadata up with its latest version (``convert_to_iceberg()``).
+
+    Every commit to a table whose ``delta.universalFormat.enabledFormats`` names iceberg writes its Iceberg
+    metadata itself; a conversion that failed never failed its commit, and this task converts every version
+    since the last one converted (nothing when none is behind). Returns the status as a dict: ``uri``,
+    ``enabled``, ``table_version``, ``converted_version``, ``metadata_file``, ``lag`` (0 after success) and
+    ``last_error``. Fails (``UniformError``, whose ``rule`` says why) when the table does not enable UniForm
+    iceberg, or when the conversion cannot be written.
+
+    :param table_uri: the table root. Templated.
+    :param delta_conn_id: connection for the table's storage (``None``: no credentials).
+    """
+
+    @redact_errors
+    def execute(self, context: Context) -> dict[str, Any]:
+        table = self.delta_table()
+        status = table.convert_to_iceberg()
+        record_commit(context, self.table_uri, status.table_version, delta_conn_id=self.delta_conn_id,
+                      operation="UNIFORM ICEBERG")  # fmt: skip
+        self.log.info(
+            "UniForm of %s: Iceberg metadata holds version %s of %d (%s), lag %s",
+            self.table_uri, status.converted_version, status.table_version, status.metadata_file, status.lag,
+        )  # fmt: skip
+        return {
+            "uri": status.uri,
+            "enabled": status.enabled,
+            "table_version": status.table_version,
+            "converted_version": status.converted_version,
+            "metadata_file": status.metadata_file,
+            "lag": status.lag,
+            "last_error": status.last_error,
+        }

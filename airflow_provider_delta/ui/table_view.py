@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from airflow_provider_delta.log import DeltaError
+from airflow_provider_delta.log import DeltaError, iceberg_status
 from airflow_provider_delta.log.files.segment import commit_name
 
 if TYPE_CHECKING:
-    from airflow_provider_delta.log import DeltaTable, HistoryEntry, Snapshot
+    from airflow_provider_delta.log import DeltaTable, HistoryEntry, IcebergStatus, Snapshot
 
 DEFAULT_VERSIONS = 50
 _FILE_SCHEMA = pa.schema([("size", pa.int64()), ("stats", pa.string())])
@@ -97,6 +97,18 @@ class Maintenance:
     checkpoint_version: int | None = None
     commits_since_checkpoint: int = 0
     checkpoint_interval: int = 10
+    uniform_iceberg: bool = False  # the table keeps Iceberg metadata (UniForm): the row is shown
+    iceberg: IcebergStatus | None = None
+    iceberg_error: str | None = None  # why the status could not be read
+
+    @property
+    def iceberg_metadata_name(self) -> str | None:
+        """The newest Iceberg metadata file relative to the table root (``metadata/vK.metadata.json``)."""
+        ice = self.iceberg
+        location = ice.metadata_file if ice is not None else None
+        if not location:
+            return None
+        return "metadata/" + location.rstrip("/").rsplit("/", 1)[-1]
 
 
 @dataclass
@@ -248,8 +260,9 @@ def _known_live_files(snap: Snapshot) -> int | None:
 
 
 def maintenance(table: DeltaTable, snap: Snapshot, *, vacuum: bool = True) -> Maintenance:
-    """Files VACUUM would delete now (a dry run: nothing is deleted or committed) and the commits since
-    the last checkpoint, against ``delta.checkpointInterval``."""
+    """Files VACUUM would delete now (a dry run: nothing is deleted or committed), the commits since
+    the last checkpoint, against ``delta.checkpointInterval``, and, on a UniForm table, how far its
+    Iceberg metadata lags (a few small reads; a failure is shown, never raised)."""
     out = Maintenance()
     checkpoint = snap.segment.checkpoint_version
     out.checkpoint_version = checkpoint
@@ -271,4 +284,17 @@ def maintenance(table: DeltaTable, snap: Snapshot, *, vacuum: bool = True) -> Ma
             out.vacuum_retention_hours = report.retention_hours
         except DeltaError as exc:  # e.g. a writer feature we cannot vacuum safely
             out.vacuum_error = f"{type(exc).__name__}: {exc}"
+    _uniform(table, snap, out)
     return out
+
+
+def _uniform(table: DeltaTable, snap: Snapshot, out: Maintenance) -> None:
+    try:
+        out.uniform_iceberg = "iceberg" in snap.table_configuration.universal_formats
+        if out.uniform_iceberg:
+            out.iceberg = iceberg_status(table, snap)
+    except DeltaError as exc:  # our own messages: a path and why
+        out.uniform_iceberg, out.iceberg_error = True, f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a storage client's text may hold credentials: its type only
+        out.uniform_iceberg = True
+        out.iceberg_error = f"the Iceberg metadata could not be read ({type(exc).__name__})"

@@ -23,6 +23,7 @@ from airflow_provider_delta.operators.create import DeltaCreateTableOperator
 from airflow_provider_delta.operators.layout import DeltaOptimizeOperator, DeltaRestoreOperator
 from airflow_provider_delta.operators.maintenance import (
     DeltaCheckpointOperator,
+    DeltaIcebergConvertOperator,
     DeltaLogCleanupOperator,
     DeltaVacuumOperator,
 )
@@ -50,6 +51,7 @@ USERS: dict[str, tuple[type, dict[str, Any]]] = {
     "checkpoint": (DeltaCheckpointOperator, {}),
     "vacuum": (DeltaVacuumOperator, {}),
     "log_cleanup": (DeltaLogCleanupOperator, {}),
+    "iceberg_convert": (DeltaIcebergConvertOperator, {}),
     "restore": (DeltaRestoreOperator, {"version": 0}),
     "optimize": (DeltaOptimizeOperator, {}),
     "spark_write": (DeltaSparkWriteOperator, {"python_callable": _spark_df}),

@@ -20,6 +20,7 @@ from airflow_provider_delta.operators.commit import DeltaCommitOperator
 from airflow_provider_delta.operators.create import DeltaCreateTableOperator
 from airflow_provider_delta.operators.maintenance import (
     DeltaCheckpointOperator,
+    DeltaIcebergConvertOperator,
     DeltaLogCleanupOperator,
     DeltaVacuumOperator,
 )
@@ -88,8 +89,8 @@ def test_a_missing_extra_names_the_pip_line(monkeypatch):
 
 def test_every_operator_has_the_table_link_and_json_renderers():
     for operator in (DeltaCommitOperator, DeltaCreateTableOperator, DeltaCheckpointOperator,
-                     DeltaVacuumOperator, DeltaLogCleanupOperator, DeltaSparkWriteOperator,
-                     DeltaWriteOperator):  # fmt: skip
+                     DeltaVacuumOperator, DeltaLogCleanupOperator, DeltaIcebergConvertOperator,
+                     DeltaSparkWriteOperator, DeltaWriteOperator):  # fmt: skip
         assert any(isinstance(link, DeltaTableLink) for link in operator.operator_extra_links), operator
         for field in getattr(operator, "template_fields_renderers", {}):
             assert field in operator.template_fields, (operator, field)

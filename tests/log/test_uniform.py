@@ -282,6 +282,7 @@ def test_a_junk_metadata_file_never_fails_the_commit(tmp_path, duck, caplog):
     assert "could not be written for version 3" in caplog.text
     status = table.iceberg_status()
     assert (status.converted_version, status.lag) == (1, 2)
+    assert status.metadata_file.endswith("/metadata/v2.metadata.json")  # the newest readable one
     assert "v3.metadata.json is not Iceberg table metadata" in status.last_error
     assert (uri / "metadata" / "v3.metadata.json").read_text() == "not iceberg"  # nothing overwritten
     with pytest.raises(UniformError) as err:

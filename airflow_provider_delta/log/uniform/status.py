@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ..base.errors import UniformError
+from ...extras import MissingExtraError
+from ..base.errors import DeltaError, UniformError
 from ..features.configuration import TableConfiguration
 from ..snapshot.snapshot import Snapshot
 from ..snapshot.table_context import TableContext
@@ -68,8 +69,9 @@ def iceberg_status(table: TableContext, snapshot: Snapshot | None = None) -> Ice
                 problem = str(exc)
                 older = metadata_at(table.store, newest.number - 1)
                 converted = older.delta_version if older is not None else None
+                location = older.location if older is not None else None
     except (OSError, UniformError) as exc:  # what the next conversion will fail on too: show it
-        problem = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
+        problem = public_reason(exc)
     lag = None
     if enabled:
         lag = snap.version + 1 if converted is None else max(0, snap.version - converted)
@@ -80,8 +82,17 @@ def iceberg_status(table: TableContext, snapshot: Snapshot | None = None) -> Ice
     return IcebergStatus(table.uri, enabled, snap.version, converted, location, lag, problem)
 
 
+def public_reason(exc: BaseException) -> str:
+    """What a status may say of ``exc`` wherever it is shown (the Delta view, XCom): our own errors' text
+    (a path and why), but only the type of anything else, since a storage client's message can carry
+    credentials in forms no masker knows (the task's log has the whole error)."""
+    if isinstance(exc, DeltaError | MissingExtraError):
+        return f"{type(exc).__name__}: {exc}" if isinstance(exc, MissingExtraError) else str(exc)
+    return f"{type(exc).__name__} while reading or writing the table's storage (the log has the detail)"
+
+
 def record_failure(uri: str, version: int, exc: BaseException) -> None:
-    reason = str(exc) if isinstance(exc, UniformError) else f"{type(exc).__name__}: {exc}"
+    reason = public_reason(exc)
     with _LOCK:
         if uri not in _FAILURES and len(_FAILURES) >= _MAX_REMEMBERED:
             _FAILURES.pop(next(iter(_FAILURES)))
