@@ -205,31 +205,30 @@ def test_a_wrong_checksum_is_reported_and_stops_a_checkpoint(tmp_path: Path, cap
     assert not (tmp_path / "_delta_log" / f"{2:020d}.checkpoint.parquet").exists()
 
 
-def test_a_checksum_older_than_its_commit_is_not_used(tmp_path: Path, caplog):
-    """A checksum left from an earlier table at the same place (its commit was written again after it)."""
+def _snapshot_with_checksum_moved_back(tmp_path: Path, caplog, seconds: float):
+    """A table at version 1 whose checksum's modification time is ``seconds`` before its commit's, read."""
     t = DeltaTable.create(str(tmp_path), SCHEMA)
     t.write(rows(3), app_id="job", app_version=1)
     commit = tmp_path / "_delta_log" / f"{1:020d}.json"
     crc = crc_path(tmp_path, 1)
-    os.utime(crc, (commit.stat().st_mtime - 60,) * 2)
+    os.utime(crc, (commit.stat().st_mtime - seconds,) * 2)
     with caplog.at_level(logging.WARNING):
         snap = DeltaTable(str(tmp_path)).snapshot()
-    assert snap.checksum is None and "older than its commit" in caplog.text and str(crc) in caplog.text
     assert snap.app_transactions == {"job": 1}
+    return snap, crc
+
+
+def test_a_checksum_older_than_its_commit_is_not_used(tmp_path: Path, caplog):
+    """A checksum left from an earlier table at the same place (its commit was written again after it)."""
+    snap, crc = _snapshot_with_checksum_moved_back(tmp_path, caplog, 60)
+    assert snap.checksum is None and "older than its commit" in caplog.text and str(crc) in caplog.text
 
 
 def test_a_copied_table_whose_checksum_landed_a_moment_before_its_commit_uses_it(tmp_path: Path, caplog):
     """A copy (cp, provisioning, a restore from backup) writes a table's files in any order: a checksum a
     moment older than its commit is still its own (``../shared/golden`` arrives that way)."""
-    t = DeltaTable.create(str(tmp_path), SCHEMA)
-    t.write(rows(3), app_id="job", app_version=1)
-    commit = tmp_path / "_delta_log" / f"{1:020d}.json"
-    crc = crc_path(tmp_path, 1)
-    os.utime(crc, (commit.stat().st_mtime - 0.5,) * 2)
-    with caplog.at_level(logging.WARNING):
-        snap = DeltaTable(str(tmp_path)).snapshot()
+    snap, _ = _snapshot_with_checksum_moved_back(tmp_path, caplog, 0.5)
     assert snap.checksum is not None and "older than its commit" not in caplog.text
-    assert snap.app_transactions == {"job": 1}
 
 
 def test_an_existing_checksum_is_never_overwritten(tmp_path: Path):

@@ -28,7 +28,7 @@ from ..features.configuration import TableConfiguration
 from ..files.storage import LogStore
 from ..schema.partition_values import typed_partition_values
 from ..schema.stats import parse_stats
-from .iceberg_schema import stats_columns
+from .iceberg_schema import primitive_type, stats_columns
 from .metadata_files import fs_path, location_of
 
 if TYPE_CHECKING:
@@ -164,23 +164,14 @@ def _leaf(stats: pa.StructArray, what: str, path: tuple[str, ...], delta_type: s
             yield i, value
 
 
-def _bound_type(delta_type: str) -> Any:
-    from pyiceberg.types import (
-        DateType,
-        DoubleType,
-        FloatType,
-        IntegerType,
-        LongType,
-        StringType,
-        TimestampType,
-        TimestamptzType,
-    )
+# The types whose Delta statistics become Iceberg bounds (strings' maximum only when not truncated, see
+# ``_column_stats``); decimals, booleans and binaries get none.
+_BOUNDED = frozenset(("byte", "short", "integer", "long", "float", "double", "date", "string", "timestamp",
+                      "timestamp_ntz"))  # fmt: skip
 
-    return {
-        "byte": IntegerType(), "short": IntegerType(), "integer": IntegerType(), "long": LongType(),
-        "float": FloatType(), "double": DoubleType(), "date": DateType(), "string": StringType(),
-        "timestamp": TimestamptzType(), "timestamp_ntz": TimestampType(),
-    }.get(delta_type)  # fmt: skip
+
+def _bound_type(delta_type: str) -> Any:
+    return primitive_type(delta_type, "", "") if delta_type in _BOUNDED else None
 
 
 def _bound(value: Any, delta_type: str, upper: bool) -> Any:

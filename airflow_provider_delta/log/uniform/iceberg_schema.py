@@ -111,7 +111,7 @@ def _type(delta_type: Any, where: str, path: str, key: str, nested: dict[str, An
     from pyiceberg.types import ListType, MapType, StructType
 
     if isinstance(delta_type, str):
-        return _primitive(delta_type, where, path)
+        return primitive_type(delta_type, where, path)
     kind = delta_type.get("type")
     if kind == "struct":
         return StructType(*(_field(f, where, f"{path}.{f['name']}") for f in delta_type["fields"]))
@@ -140,7 +140,9 @@ def _nested_id(nested: dict[str, Any], key: str, where: str, path: str) -> int:
     return int(value)
 
 
-def _primitive(name: str, where: str, path: str) -> IcebergType:
+def primitive_type(name: str, where: str, path: str) -> IcebergType:
+    """The Iceberg type of a Delta primitive type (byte and short are Iceberg ints), or :class:`UniformError`
+    naming ``path`` when Iceberg has none."""
     from pyiceberg.types import (
         BinaryType,
         BooleanType,

@@ -16,7 +16,7 @@ publishing the metadata file (``conversion``) makes them part of the table.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -190,25 +190,14 @@ class IcebergMetadata:
         """New files as ADDED entries, streamed into manifests of at most ``MANIFEST_ENTRIES``."""
         from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
 
-        out: list[ManifestFile] = []
-        writer: ManifestWriter | None = None
-        count = 0
         schema, spec = self.metadata.schema(), self.metadata.spec()
-        # A failure half-way leaves the open manifest unclosed, so it is never written.
-        for chunk in added:
-            for data_file in chunk:
-                if writer is None:
-                    writer = self._writer(snapshot_id, commit, len(out)).__enter__()
-                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
-                                                   data_file=data_file))  # fmt: skip
-                summary.add_file(data_file, schema=schema, partition_spec=spec)
-                count += 1
-                if count == MANIFEST_ENTRIES:
-                    out.append(_closed(writer))
-                    writer, count = None, 0
-        if writer is not None:
-            out.append(_closed(writer))
-        return out
+
+        def add(writer: ManifestWriter, data_file: DataFile) -> None:
+            writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
+                                               data_file=data_file))  # fmt: skip
+            summary.add_file(data_file, schema=schema, partition_spec=spec)
+
+        return self._chunked(snapshot_id, commit, 0, (f for chunk in added for f in chunk), add)
 
     def _carried_manifests(self, manifests: list[ManifestFile], snapshot_id: int, commit: uuid.UUID,
                            removed: set[str], summary: Any) -> list[ManifestFile]:  # fmt: skip
@@ -245,18 +234,24 @@ class IcebergMetadata:
     ) -> list[ManifestFile]:
         """The live entries of ``manifests`` rewritten as existing entries of as few manifests as
         ``MANIFEST_ENTRIES`` allows (Iceberg's merge append)."""
+        entries = (e for m in manifests for e in m.fetch_manifest_entry(self.io, discard_deleted=True))
+        return self._chunked(snapshot_id, commit, 2_000_000, entries, lambda writer, e: writer.existing(e))
+
+    def _chunked(self, snapshot_id: int, commit: uuid.UUID, first: int, items: Iterable[Any],
+                 write: Callable[[ManifestWriter, Any], None]) -> list[ManifestFile]:  # fmt: skip
+        """``items`` written by ``write`` into manifests of at most ``MANIFEST_ENTRIES`` entries each,
+        numbered from ``first``; a failure half-way leaves the open manifest unclosed, never written."""
         out: list[ManifestFile] = []
         writer: ManifestWriter | None = None
         count = 0
-        for manifest in manifests:
-            for entry in manifest.fetch_manifest_entry(self.io, discard_deleted=True):
-                if writer is None:
-                    writer = self._writer(snapshot_id, commit, 2_000_000 + len(out)).__enter__()
-                writer.existing(entry)
-                count += 1
-                if count == MANIFEST_ENTRIES:
-                    out.append(_closed(writer))
-                    writer, count = None, 0
+        for item in items:
+            if writer is None:
+                writer = self._writer(snapshot_id, commit, first + len(out)).__enter__()
+            write(writer, item)
+            count += 1
+            if count == MANIFEST_ENTRIES:
+                out.append(_closed(writer))
+                writer, count = None, 0
         if writer is not None:
             out.append(_closed(writer))
         return out
