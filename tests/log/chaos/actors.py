@@ -168,10 +168,15 @@ class Actor:
         With zero VACUUM retention, a file that a compaction removed after our snapshot may be gone by the
         time we read it: that is the race retention exists to prevent, not a lost file.
         """
-        ok, latest = self.attempt("re-open after a missing file", lambda: self.table().snapshot())
-        if not ok or latest is None:
+        def reopen() -> tuple[Any, set[str]]:  # the lazy snapshot reads its file list here, under the faults
+            snap = self.table().snapshot()
+            return snap, set(snap.file_paths())
+
+        ok, opened = self.attempt("re-open after a missing file", reopen)
+        if not ok or opened is None:
             return
-        if path in set(latest.file_paths()) and not file_exists(latest.store, path):
+        latest, live = opened
+        if path in live and not file_exists(latest.store, path):
             if path not in self._missing:  # once per file: the audit counts them all
                 self._missing.add(path)
                 self.failure(
