@@ -22,8 +22,11 @@ import os
 from pathlib import Path
 
 import pytest
+from chaos.audit import check_commits
 from chaos.faults import ClientFaultRates
 from chaos.run import ChaosConfig, ChaosResult, Location, run_chaos
+
+from airflow_provider_delta.log.files.storage import FileMeta
 
 pytestmark = pytest.mark.chaos
 
@@ -111,3 +114,25 @@ def test_chaos_on_emulator(emulator, tmp_path: Path, seed: int, capsys) -> None:
     )
     _report(result, capsys)
     _assert_clean(result, server_faults=False)
+
+
+def _listing(*entries: tuple[str, int]) -> list[FileMeta]:
+    return [FileMeta(name, 1, mtime) for name, mtime in entries]
+
+
+def test_the_audit_tells_a_stale_writers_orphan_from_a_hole_in_the_log() -> None:
+    def c(v: int) -> str:
+        return f"{v:020d}.json"
+
+    cp = f"{54:020d}.checkpoint.parquet"
+    kept = [(cp, 200), (c(54), 100), (c(55), 300), (c(56), 400)]
+    # Commit 52 put after cleanup removed 52-53 (newer than commit 54, which that cleanup kept): an orphan.
+    assert check_commits(_listing((c(52), 350), *kept), 56) == (54, 1, [])
+    # Commit 52 older than commit 54: a cleanup deleted 53 and left 52, a hole.
+    earliest, orphans, problems = check_commits(_listing((c(52), 50), *kept), 56)
+    assert (earliest, orphans) == (54, 1) and problems and "[52]" in problems[0]
+    # A log that starts after 0 with no checkpoint to read it from.
+    assert check_commits(_listing(*kept[1:]), 56)[2]
+    # The snapshot must end at the newest commit.
+    assert check_commits(_listing(*kept), 57)[2]
+    assert check_commits(_listing(*kept), 56) == (54, 0, [])

@@ -27,6 +27,8 @@ from airflow_provider_delta.log.files.last_checkpoint import (
     json_checksum,
     parse_last_checkpoint,
 )
+from airflow_provider_delta.log.files.segment import reconstructable_commits
+from airflow_provider_delta.log.files.storage import FileMeta
 
 SCHEMA = json.dumps(
     {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
@@ -478,3 +480,27 @@ def test_a_handle_reads_only_new_commits_and_agrees_with_a_full_load(table10: Pa
     assert rows(updated) == rows(full)
     assert updated.app_transactions == full.app_transactions == {"a": 3}
     assert updated.tombstones.column("path").to_pylist() == full.tombstones.column("path").to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        # A cleaned log: the cut-off checkpoint's commit and its successors.
+        (["5.checkpoint.parquet", "5", "6", "7"], [5, 6, 7]),
+        # Orphans a stale writer put below the gap (one, or two in a row) are no versions of the table.
+        (["3", "5.checkpoint.parquet", "5", "6"], [5, 6]),
+        (["3", "4", "5.checkpoint.parquet", "5", "6"], [5, 6]),
+        # A checkpoint whose own commit was deleted roots the next one.
+        (["2", "5.checkpoint.parquet", "6", "7"], [6, 7]),
+        # A gap in a log that reads from 0 and again from a checkpoint keeps both runs (delta-rs's
+        # errlogs-table_g), as does a multi-part checkpoint complete by its parts.
+        (["0", "1", "9.checkpoint.0000000001.0000000001.parquet", "9"], [0, 1, 9]),
+    ],
+)
+def test_only_commits_a_reader_can_reconstruct_are_versions(names: list[str], expected: list[int]) -> None:
+    version_and_rest = (n.partition(".") for n in names)
+    files = sorted(
+        (FileMeta(f"{int(v):020d}.{rest or 'json'}", 1, 0) for v, _, rest in version_and_rest),
+        key=lambda f: f.name,
+    )
+    assert [int(f.name[:20]) for f in reconstructable_commits(files)] == expected

@@ -30,6 +30,7 @@ from airflow_provider_delta.log import (
     MetadataChangedError,
     StaleSnapshotError,
     UnsupportedFeatureError,
+    VersionNotFoundError,
     add_file_from_parquet,
 )
 from airflow_provider_delta.log.actions.actions import Protocol
@@ -174,6 +175,26 @@ def test_a_put_into_a_cleaned_up_prefix_is_detected_and_replayed(table: DeltaTab
     snap = DeltaTable(table.uri).snapshot()
     assert snap.version == 7 and snap.app_transactions == {"A": 1}
     assert _readers_see(table).count("p=a/late.parquet") == 1
+
+
+def test_the_orphan_a_stale_put_leaves_is_no_version_of_the_table(table: DeltaTable, monkeypatch):
+    stale = DeltaTable(table.uri)
+    txn = stale.transaction().add_files([_file(stale, "late")])
+    _race_cleanup_into_the_put(monkeypatch, table)
+    txn.commit()
+    monkeypatch.undo()
+    # The stale put's 4.json stays below the gap at 5 until the next cleanup (the log is append-only).
+    assert commit_name(4) in _log_names(table) and commit_name(5) not in _log_names(table)
+
+    fresh = DeltaTable(table.uri)
+    assert [h.version for h in fresh.history()] == [7, 6]
+    with pytest.raises(VersionNotFoundError, match=r"available versions are 6\.\.7"):
+        fresh.snapshot(version=4)
+    with pytest.raises(VersionNotFoundError, match=r"earliest available commit \(version 6 .*6\.\.7"):
+        fresh.version_at(0)
+    # Commit 4's (late, adjusted) time does not push the table's own commits later.
+    info = {f.name: f.modification_time for f in table.store.list_log(0)}
+    assert fresh.history()[-1].timestamp == info[commit_name(6)]
 
 
 def test_a_non_replayable_put_into_a_cleaned_up_prefix_is_refused(table: DeltaTable, monkeypatch):

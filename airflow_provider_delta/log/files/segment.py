@@ -201,6 +201,29 @@ def _earliest_readable(files: list[FileMeta]) -> int | None:
     return min(group_checkpoints(files), default=None)
 
 
+def reconstructable_commits(files: list[FileMeta]) -> list[FileMeta]:
+    """The commits of ``files`` (a listing, sorted by name) at versions a reader can reconstruct: commit 0
+    and its successors, or a checkpoint's version or the one after it and their successors.
+
+    Any other commit is an orphan: a writer that read the table before log cleanup removed the versions
+    around it can still create its file (put-if-absent sees no file there) while every reader starts
+    from a newer checkpoint ("Metadata Cleanup"). The writer finds out and commits again
+    (``commits.visibility``); the orphan stays until the next cleanup, and history and time travel by
+    timestamp must not count it as a version of the table.
+    """
+    checkpoints = group_checkpoints(files)
+    out: list[FileMeta] = []
+    previous = -2
+    for f in files:
+        v = commit_version(f.name)
+        if v is None:
+            continue
+        if v == 0 or v in checkpoints or v - 1 in checkpoints or previous == v - 1:
+            out.append(f)
+            previous = v
+    return out
+
+
 def read_last_checkpoint(store: LogStore) -> LastCheckpoint | None:
     try:
         data = store.read_log_file(LAST_CHECKPOINT)
@@ -306,7 +329,8 @@ class SegmentBuilder:
             raise TableNotFoundError(
                 f"no Delta table at {self.store.uri}: {self.store.log_path} has no commits"
             )
-        earliest, latest = (commits[0], commits[-1]) if commits else (None, None)
+        latest = commits[-1] if commits else None
+        earliest = _earliest_readable(files) if commits else None
         raise VersionNotFoundError(
             f"version {version if version is not None else latest} of {self.store.uri} cannot be "
             "reconstructed: its early commits were cleaned up and no checkpoint covers them",

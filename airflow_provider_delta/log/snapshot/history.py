@@ -15,7 +15,7 @@ from typing import Any
 from ..actions.actions import check_commit_info
 from ..base.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from ..files.commit_json import action_lines
-from ..files.segment import commit_name, commit_version
+from ..files.segment import commit_name, commit_version, reconstructable_commits
 from ..files.storage import FileMeta, LogStore
 
 
@@ -50,9 +50,13 @@ def read_commit_info(store: LogStore, version: int, data: bytes | None = None) -
 
 
 def list_commits(store: LogStore) -> list[FileMeta]:
-    commits = [f for f in store.list_log(0) if commit_version(f.name) is not None]
+    """The table's commits still in the log, oldest first: those at versions a reader can reconstruct
+    (``reconstructable_commits``: an orphan a stale writer left below a gap is no version of the table)."""
+    commits = reconstructable_commits(store.list_log(0))
     if not commits:
-        raise TableNotFoundError(f"no Delta table at {store.uri}: {store.log_path} has no commits")
+        raise TableNotFoundError(
+            f"no Delta table at {store.uri}: {store.log_path} has no commit that can be read"
+        )
     return commits
 
 

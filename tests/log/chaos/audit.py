@@ -2,7 +2,8 @@
 
 - rows: no (writer, batch, row) twice; each writer's batches exactly ``0..txn`` of its app transaction,
   each with all its rows (a batch and its ``txn`` commit together, and batches commit in order);
-- the log: commit versions contiguous from the earliest retained one up to the snapshot's version;
+- the log: commit versions contiguous from the earliest retained one up to the snapshot's version, any
+  commit below a gap an orphan of a stale writer's put (``check_commits``);
 - checkpoints: the state a checkpoint holds equals the replay of an older checkpoint (or the first
   commit) plus the commits up to its version, whenever those still exist;
 - checksums: every version checksum left (writers are killed between their commit and its checksum, or
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from airflow_provider_delta.log import ChecksumError, DeltaTable, VersionNotFoundError
 from airflow_provider_delta.log.files.segment import SegmentBuilder, commit_version, group_checkpoints
-from airflow_provider_delta.log.files.storage import LogStore
+from airflow_provider_delta.log.files.storage import FileMeta, LogStore
 from airflow_provider_delta.log.snapshot.replay import CheckpointReadError, TableState, replay
 
 from .data import batch_rows, read_snapshot_rows
@@ -114,6 +115,7 @@ class Audit:
 
     version: int = -1
     earliest_commit: int = -1
+    orphans: int = 0  # commits a stale writer left below a gap (``check_commits``)
     live_files: int = 0
     acknowledged: int = 0
     present_batches: int = 0
@@ -163,14 +165,8 @@ def audit_table(
     out.duplicated = sorted(k for k, rs in per_batch.items() if any(n > 1 for n in rs.values()))
     out.unacknowledged_present = sum(1 for (w, b) in per_batch if b not in acks.get(w, set()))
     out.problems += check_rows(rows, snap.app_transactions, writers)
-    commits = sorted(v for f in store.list_log() if (v := commit_version(f.name)) is not None)
-    out.earliest_commit = commits[0] if commits else -1
-    if commits != list(range(out.earliest_commit, snap.version + 1)):
-        holes = sorted(set(range(out.earliest_commit, snap.version + 1)) - set(commits))
-        out.problems.append(
-            f"commit versions not contiguous from {out.earliest_commit}: missing {holes[:_SHOWN]}, "
-            f"listed up to {commits[-1] if commits else None}, snapshot at {snap.version}"
-        )
+    out.earliest_commit, out.orphans, problems = check_commits(store.list_log(), snap.version)
+    out.problems += problems
     for version in sorted(group_checkpoints(store.list_log())):
         verdict, detail = compare_checkpoint(store, version)
         out.checkpoints[verdict] += 1
@@ -184,6 +180,38 @@ def audit_table(
     if delta is not None:
         out.problems += _deltalake_disagrees(delta, snap.version, set(snap.file_paths()))
     return out
+
+
+def check_commits(listed: list[FileMeta], version: int) -> tuple[int, int, list[str]]:
+    """(earliest commit of the table, orphans, problems) of a log listing whose snapshot is at ``version``.
+
+    The table's commits run without a gap from the earliest up to ``version``. Below a gap, a commit is
+    an orphan a stale writer's put left in a prefix log cleanup had deleted (the writer saw it was
+    invisible and committed again; the next cleanup removes it): it must be newer than the first commit
+    after the gap, which the cleanup that made the gap had already kept. An older one means a cleanup
+    deleted a commit and left an older one (a hole in the log), which is a problem.
+    """
+    commits = sorted(
+        ((v, f) for f in listed if (v := commit_version(f.name)) is not None), key=lambda c: c[0]
+    )
+    versions = [v for v, _ in commits]
+    problems = []
+    start = len(commits) - 1
+    while start > 0 and versions[start - 1] == versions[start] - 1:
+        start -= 1
+    earliest = versions[start] if commits else -1
+    if not commits or versions[-1] != version:
+        problems.append(f"commits listed up to {versions[-1] if commits else None}, snapshot at {version}")
+    elif earliest > 0 and not any(earliest - 1 <= v <= version for v in group_checkpoints(listed)):
+        problems.append(f"the log starts at commit {earliest} with no checkpoint to read it from")
+    first_kept = commits[start][1].modification_time if commits else 0
+    older = [v for v, f in commits[:start] if f.modification_time < first_kept]
+    if older:
+        problems.append(
+            f"commit versions not contiguous: {older[:_SHOWN]} below the gap before {earliest} predate "
+            f"commit {earliest}, so log cleanup deleted commits after them (listed {versions[:_SHOWN]}...)"
+        )
+    return earliest, start, problems
 
 
 def compare_checksum(table: DeltaTable, version: int) -> tuple[str, str]:

@@ -91,7 +91,7 @@ class ChaosResult:
 
         parts = [
             f"chaos {self.backend} seed={self.config.seed} race={self.race_s:.0f}s total={self.total_s:.0f}s",
-            f"commits={a.version} earliest={a.earliest_commit} acked={a.acknowledged}",
+            f"commits={a.version} earliest={a.earliest_commit} orphans={a.orphans} acked={a.acknowledged}",
             f"already-committed={e['already-committed']} unacked-present={a.unacknowledged_present}",
             f"client-faults={fmt(self.client_faults)} server-faults={fmt(self.server_faults)}",
             f"kills={sum(self.kills.values())}({fmt(self.kills)})",
