@@ -165,6 +165,9 @@ def _align(df: DataFrame, schema: dict, present: set[str], identity: list[Identi
                 # Structs by field name (Spark casts them by position), as a MERGE insert assigns them:
                 # the schema check let through only fields the table has, those missing become NULL.
                 column = conform(column, given[name], spark_types[name], None, True, f"column {name!r}")
+            elif _differs(given[name], spark_types[name]):
+                # A type that widens losslessly to the table's (the schema check let nothing else through).
+                column = column.cast(spark_types[name])
             columns.append(column.alias(name))
         elif name in identities:
             columns.append(F.expr(identity_values_sql(identities[name], partitions)).alias(name))

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import random
+from decimal import Decimal
 from pathlib import Path
 
 import deltalake
@@ -188,6 +189,50 @@ def test_a_schema_that_does_not_match_names_the_column_and_both_types(checked_ta
     _refused(checked_table, data, SchemaMismatchError, r"'v' \(table: integer, data: long\)")
     _refused(checked_table, _rows(id=[2], w=[1]), SchemaMismatchError, r"'w'.*schema_mode='merge'")
     _refused(checked_table, _rows(v=[1]), SchemaMismatchError, r"non-nullable column\(s\) \['id'\]")
+
+
+def test_narrower_columns_are_written_as_the_tables_types(tmp_path):
+    # As Delta Spark's SQL INSERT and deltalake cast them: lossless widenings only, the schema unchanged.
+    uri = str(tmp_path / "t")
+    schema = pa.schema([
+        ("p", pa.int64()), ("id", pa.int64()), ("x", pa.float64()), ("amount", pa.decimal128(10, 2)),
+        ("tags", pa.list_(pa.int64())), ("s", pa.struct([("n", pa.int64())])),
+    ])  # fmt: skip
+    DeltaTable.create(uri, schema, partition_by=["p"])
+    data = pa.table({
+        "p": pa.array([7], pa.int32()), "id": pa.array([1], pa.int8()), "x": pa.array([0.5], pa.float32()),
+        "amount": pa.array([12], pa.decimal128(4, 0)).cast(pa.decimal128(5, 2)),
+        "tags": pa.array([[1, 2]], pa.list_(pa.int16())),
+        "s": pa.array([{"n": 3}], pa.struct([("n", pa.int32())])),
+    })  # fmt: skip
+    write(uri, data)
+    snap = DeltaTable(uri).snapshot()
+    assert (
+        snap.version == 1
+        and snap.metadata.schema_string == DeltaTable(uri).snapshot(version=0).metadata.schema_string
+    )
+    (path,) = snap.file_paths()
+    written = pq.read_schema(tmp_path / "t" / path)
+    assert [written.field(c).type for c in ("id", "x", "amount", "tags", "s")] == [
+        schema.field(c).type for c in ("id", "x", "amount", "tags", "s")
+    ]
+    assert snap.files.column("partitionValues").to_pylist()[0] == [("p", "7")]
+    theirs = deltalake.DeltaTable(uri).to_pyarrow_table()
+    assert theirs.to_pylist() == [
+        {"p": 7, "id": 1, "x": 0.5, "amount": Decimal("12.00"), "tags": [1, 2], "s": {"n": 3}}
+    ]
+    # Lossy or meaning-changing ones are still refused, naming both types.
+    for column, value, kind in [
+        ("amount", pa.array([1], pa.decimal128(10, 0)).cast(pa.decimal128(12, 3)), "decimal\\(12,3\\)"),
+        ("id", pa.array([1.0], pa.float64()), "double"),
+        ("x", pa.array([1], pa.int64()), "long"),
+    ]:
+        _refused(
+            uri,
+            pa.table({"p": [1], column: value}),
+            SchemaMismatchError,
+            rf"'{column}' \(table: .*data: {kind}\)",
+        )
 
 
 def test_nulls_in_a_non_nullable_column_are_refused(checked_table):

@@ -148,6 +148,23 @@ def test_schema_mismatch_names_the_columns(spark, tmp_path):
     assert DeltaTable(uri).version() == 1
 
 
+def test_narrower_columns_are_written_as_the_tables_types(spark, tmp_path):
+    # As the Arrow writer: lossless widenings, the table's schema unchanged, the files in its types.
+    uri = str(tmp_path / "t")
+    wide = "id long, x double, a array<long>, s struct<n:long>"
+    narrow = "id int, x float, a array<short>, s struct<n:int>"
+    write(spark.createDataFrame([(1, 0.5, [1], (1,))], wide), uri)
+    write(spark.createDataFrame([(2, 1.5, [2], (2,))], narrow), uri)
+    snap = DeltaTable(uri).snapshot()
+    assert snap.metadata.schema_string == DeltaTable(uri).snapshot(version=0).metadata.schema_string
+    for path in snap.file_paths():
+        types = pq.read_schema(tmp_path / "t" / path).types
+        assert [str(t) for t in types] == ["int64", "double", "list<element: int64>", "struct<n: int64>"]
+    assert sorted(r["id"] for r in read_table(uri).to_pylist()) == [1, 2]
+    with pytest.raises(SchemaMismatchError, match=r"'x' \(table: double, DataFrame: long\)"):
+        write(spark.createDataFrame([(3, 1)], "id long, x long"), uri)
+
+
 def test_merge_schema_adds_nullable_columns_in_the_same_commit(spark, tmp_path):
     uri = str(tmp_path / "t")
     write(spark.createDataFrame([(1, "a")], "id long, name string"), uri, partition_by=["name"])

@@ -9,6 +9,12 @@ computed, when generated), unless they are NOT NULL. This is Delta Spark's test:
 its schema into the table's (``SchemaMergingUtils.mergeSchemas``) leaves the table's unchanged. Column
 mapping tables give merged columns fresh ids and physical names ("Writer Requirements for Column
 Mapping").
+
+One departure, in the user's favour: a column whose type widens losslessly to the table's (``widens``:
+``int`` into ``long``, ``float`` into ``double``, a decimal into a wider one) is written as the table's
+type, as Delta Spark's SQL INSERT and deltalake's writer cast it, where Delta Spark's DataFrame write
+accepts only byte, short and int into one another (``DELTA_FAILED_TO_MERGE_FIELDS`` otherwise). The
+table's schema never changes for it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 
 from ..base.errors import SchemaMismatchError
 from .physical_columns import strip_type
+from .type_widening import widens
 
 
 def type_text(t: Any) -> str:
@@ -134,6 +141,8 @@ def _merged_type(
         if key == table["keyType"] and value == table["valueType"]:
             return table
         return {**table, "keyType": key, "valueType": value}
+    if widens(data, table):
+        return table  # written as the table's type, losslessly (the table's schema stays as it is)
     if strip_type(table, nullable=True) != strip_type(data, nullable=True):
         found.mismatched.append(f"{path!r} (table: {type_text(table)}, {found.source}: {type_text(data)})")
     return table
