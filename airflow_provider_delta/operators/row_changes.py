@@ -27,7 +27,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow_provider_delta.hooks.delta import DeltaHookMixin, rows_of
 from airflow_provider_delta.hooks.secrets import redact_errors
 from airflow_provider_delta.log import MergeBuilder, RowChangeResult
-from airflow_provider_delta.log.row_changes.merge import check_clauses as check_clause_order
+from airflow_provider_delta.log.row_changes.merge_clauses import check_clauses as check_clause_order
 from airflow_provider_delta.operators.commit import default_app_id, table_asset
 from airflow_provider_delta.operators.spark import UPSERT, apply_clauses
 from airflow_provider_delta.ui.links import DeltaTableLink, record_commit

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_delta.log import AddFile
 from airflow_provider_delta.log.base.errors import MergeCardinalityError
 from airflow_provider_delta.log.features.identity import IdentityColumn, high_water_marks
-from airflow_provider_delta.log.row_changes.merge import (
+from airflow_provider_delta.log.row_changes.merge_clauses import (
     MATCHED,
     MERGE_DV_METRICS,
     NOT_MATCHED,

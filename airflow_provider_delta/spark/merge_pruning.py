@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from airflow_provider_delta.log.expressions.expressions import Call, Column, Expr, conjunction, literal
 from airflow_provider_delta.log.expressions.sql_parser import UnsupportedExpressionError, parse
-from airflow_provider_delta.log.row_changes.merge import target_only_condition
+from airflow_provider_delta.log.row_changes.merge_clauses import target_only_condition
 from airflow_provider_delta.log.scans.scan import Scan
 
 from .merge_evolution import named_assignments

@@ -33,9 +33,6 @@ read and the pruning condition, so MERGEs into disjoint partitions both commit.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,14 +43,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..actions.actions import AddFile, Metadata
+from ..actions.actions import AddFile
 from ..base.arrow_utils import empty_table
 from ..base.errors import (
     IdentityColumnError,
     InvalidConditionError,
     MergeCardinalityError,
-    SchemaMismatchError,
-    UnsupportedFeatureError,
 )
 from ..expressions.evaluate import evaluate, predicate_mask
 from ..expressions.expressions import (
@@ -68,15 +63,12 @@ from ..expressions.expressions import (
 )
 from ..expressions.expressions import literal as literal_of
 from ..expressions.skipping import FileStatistics
-from ..expressions.sql_parser import UnsupportedExpressionError, parse
-from ..features.creation import assign_column_mapping, required_features
+from ..expressions.sql_parser import parse
 from ..features.identity import high_water_marks, identity_columns
 from ..scans.scan import Scan
 from ..schema.physical_columns import logical_type
 from ..schema.schema import delta_schema_to_arrow, physical_name
 from ..schema.stats import typed_file_stats
-from ..schema.type_widening import TYPE_WIDENING, evolve_columns, narrowed_type
-from ..writes.write_plan import incoming_schema, plan_write
 from .arrow_rows import (
     ROW_VERSION,
     RowsWriter,
@@ -86,26 +78,27 @@ from .arrow_rows import (
     new_rows,
     target_batches,
 )
+from .merge_clauses import (
+    MATCHED,
+    MERGE_DV_METRICS,
+    NOT_MATCHED,
+    NOT_MATCHED_BY_SOURCE,
+    Clause,
+    check_clauses,
+    condition_text,
+    merge_metrics,
+    merge_params,
+    unqualified,
+)
+from .merge_evolution import evolve
 from .merge_source import MergeSource
 from .row_change_commit import INDEX, PATH, Changes, commit, num_records, row_indexes
 from .target import RowChangeResult, Target, already_committed, open_target
 
-MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE = "matched", "notMatched", "notMatchedBySource"
 _POS, _TROW, _SROW, _CLAUSE = "__merge_pos", "__merge_target_row", "__merge_source_row", "__merge_clause"
 _PARTITION_VALUES_MAX = 1000  # a partition key's source values pruned by IN up to this many
 _ORDERED = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_string,
             pa.types.is_date, pa.types.is_timestamp)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Clause:
-    """One WHEN clause: when it applies (``matched`` ...), what it does (``update``, ``delete``,
-    ``insert``), its condition, and its assignments (``None``: every column from the source's same name)."""
-
-    when: str
-    action: str
-    condition: Any = None
-    assignments: Mapping[str, Any] | None = None
 
 
 class MergeBuilder:
@@ -170,70 +163,6 @@ class MergeBuilder:
             run.full.close()
 
 
-def check_clauses(clauses: Sequence[Clause]) -> None:
-    """At least one clause, and a condition on every clause of a kind but the last (a clause without one
-    takes every row, so the ones after it could never act), as Delta Spark requires."""
-    if not clauses:
-        raise ValueError("a MERGE needs at least one WHEN clause")
-    for when in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
-        kind = [c for c in clauses if c.when == when]
-        if any(c.condition is None for c in kind[:-1]):
-            raise ValueError(f"every {when} clause but the last needs a condition (a clause without one "
-                             "takes every row, so the clauses after it could never act)")  # fmt: skip
-
-
-def merge_params(on_text: str, clauses: Sequence[Clause], text: Any) -> dict[str, Any]:
-    """Delta Spark's MERGE parameters: the condition, and per kind of clause its actions and conditions
-    (``text`` renders a condition as SQL)."""
-
-    def described(when: str) -> list[dict[str, str]]:
-        out = []
-        for c in clauses:
-            if c.when == when:
-                item = {"actionType": c.action}
-                if c.condition is not None:
-                    item["predicate"] = text(c.condition) or ""
-                out.append(item)
-        return out
-
-    return {"predicate": on_text, "matchedPredicates": described(MATCHED),
-            "notMatchedPredicates": described(NOT_MATCHED),
-            "notMatchedBySourcePredicates": described(NOT_MATCHED_BY_SOURCE)}  # fmt: skip
-
-
-def merge_metrics(clauses: Sequence[Clause], per_clause: Sequence[int], source_rows: int) -> dict[str, int]:
-    """Delta Spark's MERGE row counts from the rows each clause took (target rows once each; inserts by
-    source row)."""
-
-    def total(when: str, action: str) -> int:
-        pairs = zip(clauses, per_clause, strict=True)
-        return sum(n for c, n in pairs if c.when == when and c.action == action)
-
-    m = {
-        "numSourceRows": source_rows,
-        "numTargetRowsInserted": total(NOT_MATCHED, "insert"),
-        "numTargetRowsMatchedUpdated": total(MATCHED, "update"),
-        "numTargetRowsMatchedDeleted": total(MATCHED, "delete"),
-        "numTargetRowsNotMatchedBySourceUpdated": total(NOT_MATCHED_BY_SOURCE, "update"),
-        "numTargetRowsNotMatchedBySourceDeleted": total(NOT_MATCHED_BY_SOURCE, "delete"),
-        "numTargetDeletionVectorsAdded": 0, "numTargetDeletionVectorsRemoved": 0,
-        "numTargetDeletionVectorsUpdated": 0,
-    }  # fmt: skip
-    m["numTargetRowsUpdated"] = m["numTargetRowsMatchedUpdated"] + m["numTargetRowsNotMatchedBySourceUpdated"]
-    m["numTargetRowsDeleted"] = m["numTargetRowsMatchedDeleted"] + m["numTargetRowsNotMatchedBySourceDeleted"]
-    return m
-
-
-MERGE_DV_METRICS = {"numDeletedRows": None, "numRemovedFiles": "numTargetFilesRemoved",
-                    "numDeletionVectorsAdded": "numTargetDeletionVectorsAdded",
-                    "numDeletionVectorsRemoved": "numTargetDeletionVectorsRemoved",
-                    "numDeletionVectorsUpdated": "numTargetDeletionVectorsUpdated"}  # fmt: skip
-
-
-def _text(condition: Any) -> str | None:
-    return condition if isinstance(condition, str) or condition is None else str(as_expr(condition))
-
-
 def _expr(value: Any, what: str) -> Expr:
     expr = parse(value) if isinstance(value, str) else as_expr(value)
     if expr is None or isinstance(expr, Opaque):
@@ -266,7 +195,7 @@ class _Merge:
         self.source_names = {c.lower(): c for c in self.full.column_names}
         if builder.merge_schema:
             target.schema_evolution = True
-            self._evolve()
+            evolve(target, builder.clauses, self.full.schema, self.s_alias, self._value_type)
             self.target_names = {c.lower(): c for c in target.columns}
         self.on = _expr(builder.on, "the MERGE condition")
         self._check_names(self.on, "the MERGE condition")
@@ -282,90 +211,6 @@ class _Merge:
         self.every_row = any(c.when == NOT_MATCHED_BY_SOURCE for c in builder.clauses)
 
     # -- set-up ---------------------------------------------------------------------------------------
-    def _evolve(self) -> None:
-        """``merge_schema``: the source's new columns added to the table (nullable), as Delta Spark's
-        schema evolution for ``*`` clauses, through the write planner's schema merge; on tables that
-        enable type widening, columns assigned values of a wider type widened ("Type Widening")."""
-        target = self.target
-        widening = _widening_enabled(target)
-        # What the clauses write from the source: every source column for a ``*`` clause, and the source
-        # column an explicit assignment copies (under the table column's name), as Delta Spark evolves.
-        by_lower = {f.name.lower(): f for f in self.full.schema}
-        known = {c.lower(): c for c in target.columns}
-        evolving: dict[str, pa.Field] = {}
-        assigned: list[tuple[str, pa.DataType]] = []  # (table column, value type), in clause order
-        for clause in self.builder.clauses:
-            if clause.action == "delete":
-                continue
-            if clause.assignments is None:
-                evolving.update(by_lower)
-                assigned += [(known[n], f.type) for n, f in by_lower.items() if n in known]
-                continue
-            for column, value in clause.assignments.items():
-                if column.lower() not in known:  # a new column, of its value's type
-                    evolving.setdefault(column.lower(), pa.field(column, self._value_type(value)))
-                    continue
-                path = parse(value).path if isinstance(value, str) and _is_column(value) else None
-                if path and len(path) == 2 and path[0].lower() == self.s_alias.lower() and \
-                        path[1].lower() in by_lower:  # a source column copied: its fields evolve the column's
-                    evolving.setdefault(column.lower(), by_lower[path[1].lower()].with_name(column))
-                    assigned.append((known[column.lower()], by_lower[path[1].lower()].type))
-                elif widening:
-                    assigned.append((known[column.lower()], self._value_type(value)))
-        # The table's columns no clause writes ride along as they are (not the identity columns: the
-        # planner would take them for values given to a column that generates its own).
-        table = delta_schema_to_arrow(target.snap.metadata.schema)
-        generated = {c.name.lower() for c in identity_columns(target.snap.metadata.schema)}
-        kept = [f for f in table if f.name.lower() not in evolving and f.name.lower() not in generated]
-        incoming = incoming_schema(pa.schema([*evolving.values(), *kept]))
-        # A column of a primitive type keeps it in the planner's eyes: its values are cast as they are
-        # without merge_schema (an overflow refused by name), so a narrower source (SMALLINT into INT, or
-        # yesterday's INT into a column widened since) merges as in Delta Spark, and a widening follows the
-        # plan. The planner's merge knows no widening: in structs it sees the fields' own types too.
-        current = {f["name"].lower(): f["type"] for f in target.snap.metadata.schema["fields"]}
-        for field in incoming["fields"]:
-            old = current.get(field["name"].lower())
-            if isinstance(old, str):
-                field["type"] = old
-            elif old is not None and widening:
-                field["type"] = narrowed_type(old, field["type"])
-        plan = plan_write(target.snap, incoming, partition_by=None, schema_mode="merge", overwrite=False,
-                          configuration=None, replace_where=None, what="the MERGE source",
-                          option="merge_schema=True")  # fmt: skip
-        extra = [f for f in self.full.schema if f.name.lower() not in known]
-        if plan.protocol is not None and plan.protocol != target.snap.protocol:
-            raise UnsupportedFeatureError(
-                f"merge_schema: the source's new columns {[f.name for f in extra]} need a protocol "
-                f"upgrade of {target.where}; add the columns first (ALTER TABLE ... ADD COLUMNS)",
-            )
-        metadata = plan.metadata or target.snap.metadata
-        if widening:
-            metadata = self._widened(metadata, assigned)
-        if metadata is not target.snap.metadata:
-            target.metadata = metadata
-
-    def _widened(self, metadata: Metadata, assigned: list[tuple[str, pa.DataType]]) -> Metadata:
-        """``metadata`` with the columns widened that values of a wider type are assigned to (partition
-        columns never: their values are cast, as without widening), as Delta Spark's MERGE WITH SCHEMA
-        EVOLUTION widens them (``type_widening.evolve_columns``)."""
-        kinds = [(column, kind) for column, arrow in assigned if (kind := _delta_type(arrow)) is not None]
-        schema = copy.deepcopy(metadata.schema)
-        partitions = self.target.snap.partition_columns
-        if not evolve_columns(schema, kinds, widening=True, partitions=partitions):
-            return metadata
-        config = dict(metadata.configuration)
-        current = self.target.snap.table_configuration
-        if current.column_mapping_mode != "none":  # struct fields an assigned expression adds
-            config = assign_column_mapping(schema, config)
-        missing = current.unsupported(required_features(schema, config))
-        if missing:
-            raise UnsupportedFeatureError(
-                f"the MERGE's evolved schema needs table feature(s) {', '.join(missing)} that "
-                f"{self.target.where} does not enable", features=tuple(missing),
-            )  # fmt: skip
-        text = json.dumps(schema, separators=(",", ":"))
-        return dataclasses.replace(metadata, configuration=config, schema_string=text)
-
     def _value_type(self, value: Any) -> pa.DataType:
         """The Arrow type of an assigned value, from evaluating it over no rows of both sides."""
         target_rows = empty_table(delta_schema_to_arrow(self.target.snap.metadata.schema))
@@ -429,7 +274,7 @@ class _Merge:
             residual.append(term)
             sides = [self._side(Column(p)) for p in term.columns()]
             if sides and all(s is not None and s[0] == "t" for s in sides):
-                target_only.append(_unqualified(term, self._side))
+                target_only.append(unqualified(term, self._side))
         return keys, residual, target_only
 
     def _plan(self, clause: Clause) -> _Plan:
@@ -516,7 +361,7 @@ class _Merge:
             numTargetRowsCopied=output_rows - metrics["numTargetRowsUpdated"] - inserted,
             rewriteTimeMs=int((time.monotonic() - rewrite_started) * 1000),
         )  # fmt: skip
-        params = merge_params(_text(builder.on) or "", builder.clauses, _text)
+        params = merge_params(condition_text(builder.on) or "", builder.clauses, condition_text)
         return commit(target, changes, read_predicate, params, metrics, builder.app_id, builder.app_version,
                       dv_metric_names=MERGE_DV_METRICS, cdc_metric="numTargetChangeFilesAdded")  # fmt: skip
 
@@ -820,16 +665,6 @@ def _names(target: Target, exprs: Sequence[Expr | None], side: Any) -> list[str]
     return [c for c in target.columns if c in out]
 
 
-def _unqualified(expr: Expr, side: Any) -> Expr:
-    """A target-only term with its columns as bare table names, for file skipping."""
-    if isinstance(expr, Column):
-        found = side(expr)
-        return Column((found[1],)) if found else expr
-    if isinstance(expr, Call):
-        return dataclasses.replace(expr, args=tuple(_unqualified(a, side) for a in expr.args))
-    return expr
-
-
 def _generated(target: Target, column: str) -> bool:
     return column in target.configuration.generated_columns or any(
         c.name == column for c in identity_columns(target.metadata.schema)
@@ -851,52 +686,3 @@ def _footer(target: Target, add: AddFile) -> pq.FileMetaData:
     store = target.table.store
     with store.fs.open(store.table_file(add.path), "rb") as fh:
         return pq.ParquetFile(fh).metadata
-
-
-def _widening_enabled(target: Target) -> bool:
-    """Whether the table lets schema evolution widen types: the property and the feature, as the Spark
-    engine asks ("Type Widening": writers must not widen without the property)."""
-    config = target.snap.table_configuration
-    return config.type_widening_enabled and config.supports(TYPE_WIDENING)
-
-
-def _delta_type(kind: pa.DataType) -> Any | None:
-    """The Delta type of an assigned value's Arrow type, as the writer converts incoming data; None for a
-    type Delta has none for (such values are cast to the column's type, never widen it)."""
-    try:
-        return incoming_schema(pa.schema([pa.field("value", kind)]))["fields"][0]["type"]
-    except SchemaMismatchError:
-        return None
-
-
-def _is_column(text: str) -> bool:
-    try:
-        return isinstance(parse(text), Column)
-    except (UnsupportedExpressionError, InvalidConditionError):
-        return False
-
-
-def target_only_condition(on: Any, target_alias: str) -> Expr | None:
-    """The ON condition's conjuncts that read only ``target_alias``-qualified columns, unqualified: the
-    rows of the target a MERGE reads whatever its source holds, which Delta Spark records as the MERGE's
-    read predicate for the conflict checker (None: the whole table)."""
-    if not isinstance(on, str):
-        return None
-    try:
-        expr = parse(on)
-    except UnsupportedExpressionError:
-        return None
-    terms: list[Expr] = []
-
-    def collect(e: Expr) -> None:
-        if isinstance(e, Call) and e.op == "and":
-            for a in e.args:
-                collect(a)
-            return
-        paths = list(e.columns())
-        if paths and all(len(p) == 2 and p[0].lower() == target_alias.lower() for p in paths):
-            terms.append(_unqualified(e, lambda c: ("t", c.path[1]) if len(c.path) == 2 else None))
-
-    collect(expr)
-    return conjunction(terms) if terms else None
-
