@@ -379,6 +379,39 @@ def test_a_checkpoint_deleted_after_the_reader_opened_it_is_listed_again(
     assert snap.version == 3 and len(snap.file_paths()) == 3
 
 
+@pytest.mark.s3
+def test_a_checkpoint_rewritten_while_read_is_read_again(
+    s3_server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer checkpoints the same version while the reader reads it (checkpoints may be written
+    again): s3fs sees the ETag change and raises EBUSY; the reader reads the new file, with nothing older to
+    fall back to (the commits before it are cleaned up)."""
+    uri, options = f"s3://{s3_bucket}/rewritten", s3_server.storage_options
+    t = DeltaTable.create(uri, pa.schema([("a", pa.int64())]), storage_options=options)
+    for i in range(3):
+        t.transaction().add_files([AddFile(f"f{i}.parquet", 1)]).commit()
+    t.checkpoint()
+    t.cleanup_expired_logs(retention_ms=0, now_ms=int(time.time() * 1000) + DAY_MS)
+    real_open = LogStore.open_input_file
+    rewritten: list[str] = []
+
+    def open_then_rewritten(store: LogStore, path: str) -> Any:
+        fh = real_open(store, path)
+        if not rewritten and ".checkpoint." in path:
+            # The same state in other bytes (another codec): a new ETag, as another writer's checkpoint.
+            with store.fs.open(path, "rb") as old:
+                state = pq.read_table(old)
+            sink = pa.BufferOutputStream()
+            pq.write_table(state, sink, compression="gzip")
+            store.fs.pipe_file(path, sink.getvalue().to_pybytes())
+            rewritten.append(path)
+        return fh
+
+    monkeypatch.setattr(LogStore, "open_input_file", open_then_rewritten)
+    snap = DeltaTable(uri, options).snapshot()
+    assert rewritten and snap.version == 3 and len(snap.file_paths()) == 3
+
+
 def test_a_transient_error_reading_the_newest_checkpoint_is_retried(monkeypatch: pytest.MonkeyPatch):
     uri = f"memory://transient-{time.time_ns()}/t"  # not local disk, which reads checkpoints directly
     t = DeltaTable.create(uri, pa.schema([("a", pa.int64())]))

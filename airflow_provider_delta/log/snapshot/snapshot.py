@@ -15,6 +15,7 @@ ignored with a warning naming it (``validate_checksum`` raises instead).
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -412,8 +413,9 @@ def _with_fallbacks(store: LogStore, version: int | None, read: Any) -> tuple[Lo
             continue
         except CheckpointReadError as exc:
             assert segment.checkpoint is not None
-            if isinstance(exc.__cause__, _TRANSIENT) and transient < _MAX_TRANSIENT_RETRIES:
-                # A dropped connection says nothing about the checkpoint: read it again, do not skip it.
+            if _read_again(exc.__cause__) and transient < _MAX_TRANSIENT_RETRIES:
+                # A dropped connection, or the file replaced while read (another writer's checkpoint of
+                # the same version), says nothing about the checkpoint: read it again, do not skip it.
                 transient += 1
                 log.info("reading a checkpoint of %s failed (%s); trying again", store.uri, exc)
                 continue
@@ -640,6 +642,13 @@ def validate_checksum(snap: Snapshot) -> VersionChecksum:
             f"the checksum of version {snap.version} disagrees with the log on {', '.join(wrong)}", path=where
         )
     return crc
+
+
+def _read_again(cause: BaseException | None) -> bool:
+    """Whether a checkpoint read that failed with ``cause`` is worth repeating as it is: a transient
+    network error, or the object replaced between its opening and a read (s3fs raises ``EBUSY`` when the
+    ETag changed: checkpoints may be written again at the same version, "Checkpoints")."""
+    return isinstance(cause, _TRANSIENT) or (isinstance(cause, OSError) and cause.errno == errno.EBUSY)
 
 
 def _relist(store: LogStore, relists: int, exc: Exception) -> int:

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import fsspec
 import gcsfs.core
+import pyarrow as pa
 
 from airflow_provider_delta.log import (
     AddFile,
@@ -263,10 +264,14 @@ def run_compactor(a: Actor) -> None:
 
 
 def _compactor_step(a: Actor, table: DeltaTable) -> None:
-    ok, txn = a.attempt("open", table.transaction)
-    if not ok:
+    def open_with_files() -> tuple[Any, pa.Table]:  # the lazy snapshot reads its file list here, in the guard
+        txn = table.transaction()
+        return txn, txn.snapshot.files
+
+    ok, opened = a.attempt("open", open_with_files)
+    if not ok or opened is None:
         return
-    files = txn.snapshot.files
+    txn, files = opened
     if files.num_rows < 3:
         a.pause(0.3)
         return
