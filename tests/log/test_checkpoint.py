@@ -20,6 +20,7 @@ from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Tabl
 
 from airflow_provider_delta.log import AddFile, DeltaTable
 from airflow_provider_delta.log.files.last_checkpoint import json_checksum
+from airflow_provider_delta.log.files.storage import LogStore
 
 GOLDEN = Path(os.environ["DELTA_SHARED_DIR"]) / "golden"
 # Tables covering partitions (escaped values, nulls), deletion vectors, column mapping, txns and CDF.
@@ -224,6 +225,31 @@ def test_interrupted_checkpoints_never_break_readers(tmp_path: Path):
     single = root / "_delta_log" / f"{12:020d}.checkpoint.parquet"
     single.write_bytes(single.read_bytes()[:100])
     assert state(DeltaTable(str(root)).snapshot()) == expected
+
+
+def test_a_transient_error_reading_a_written_checkpoint_back_is_not_a_corrupt_log(monkeypatch):
+    # memory://, not local disk: its checkpoints are read back through open_input_file like any store's.
+    uri = f"memory://read-back-{os.getpid()}-{id(monkeypatch)}/t"
+    t = DeltaTable.create(uri, pa.schema([("a", pa.int64())]))
+    for i in range(3):
+        t.transaction().add_files([AddFile(f"f{i}.parquet", 1)]).commit()
+    real_open = LogStore.open_input_file
+    failures = {"left": 1}
+
+    def flaky(store: LogStore, path: str):
+        if ".checkpoint." in path and failures["left"]:
+            failures["left"] -= 1
+            raise ConnectionResetError("injected: connection reset")
+        return real_open(store, path)
+
+    monkeypatch.setattr(LogStore, "open_input_file", flaky)
+    assert t.checkpoint().version == 3  # read back again after the reset
+    # A store that keeps failing: the error says so, and _last_checkpoint stays where it was.
+    t.transaction().add_files([AddFile("f3.parquet", 1)]).commit()
+    failures["left"] = 99
+    with pytest.raises(ConnectionResetError):
+        t.checkpoint()
+    assert DeltaTable(t.uri).snapshot().segment.checkpoint_version == 3
 
 
 def test_multi_part_parts_follow_the_crc32_of_each_path(tmp_path: Path):

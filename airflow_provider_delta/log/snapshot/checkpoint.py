@@ -517,17 +517,27 @@ def _rebatched(tables: Iterator[pa.Table], rows: int) -> Iterator[list[pa.Table]
         yield group
 
 
+_READ_BACK_TRIES = 3
+
+
 def _verify_written(store: LogStore, path: str, rows: int) -> None:
     """Read back the footer of a checkpoint file just written: ``_last_checkpoint`` only ever points at a
     checkpoint whose every file is there, whole, with the rows written (a store that lost or cut a write
     would otherwise leave readers a checkpoint they must skip, and cleanup one it must not cut at)."""
-    try:
-        with store.open_input_file(path) as fh:
-            found = pq.read_metadata(fh).num_rows
-    except (OSError, pa.ArrowException) as exc:
-        raise CorruptLogError(
-            f"the checkpoint file just written cannot be read back: {exc}", path=path
-        ) from exc
+    for attempt in range(1, _READ_BACK_TRIES + 1):
+        try:
+            with store.open_input_file(path) as fh:
+                found = pq.read_metadata(fh).num_rows
+            break
+        except (ConnectionError, TimeoutError):
+            # The store was not reached, which says nothing of the file: try again, then give up with
+            # that error (``_last_checkpoint`` is not written), not with a corrupt log.
+            if attempt == _READ_BACK_TRIES:
+                raise
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptLogError(
+                f"the checkpoint file just written cannot be read back: {exc}", path=path
+            ) from exc
     if found != rows:
         raise CorruptLogError(f"the checkpoint file just written holds {found} rows, not {rows}", path=path)
 
