@@ -54,6 +54,11 @@ def _to_ms(value: Any) -> int:
     return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
 
 
+# Errors of a call that did not reach the store (or whose answer was lost): they say nothing about the
+# file, so a read failing with one is tried again rather than taken for a broken file.
+TRANSIENT_ERRORS = (ConnectionError, TimeoutError)
+
+
 def mtime_of(info: dict[str, Any]) -> int:
     for key in ("mtime", "LastModified", "last_modified", "created", "updated"):
         if key in info and info[key] is not None:

@@ -30,7 +30,7 @@ from ..base.errors import ChecksumError, CorruptLogError
 from ..features.configuration import TableConfiguration
 from ..files.last_checkpoint import LAST_CHECKPOINT, LastCheckpoint
 from ..files.segment import read_last_checkpoint
-from ..files.storage import LogStore
+from ..files.storage import TRANSIENT_ERRORS, LogStore
 from ..files.version_checksum import TotalsBuilder, VersionChecksum, checksum_name, write_checksum
 from ..schema.partition_values import typed_partition_values
 from ..schema.schema import physical_partition_names
@@ -529,7 +529,7 @@ def _verify_written(store: LogStore, path: str, rows: int) -> None:
             with store.open_input_file(path) as fh:
                 found = pq.read_metadata(fh).num_rows
             break
-        except (ConnectionError, TimeoutError):
+        except TRANSIENT_ERRORS:
             # The store was not reached, which says nothing of the file: try again, then give up with
             # that error (``_last_checkpoint`` is not written), not with a corrupt log.
             if attempt == _READ_BACK_TRIES:

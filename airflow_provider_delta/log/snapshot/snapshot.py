@@ -34,7 +34,7 @@ from ..features.configuration import TableConfiguration
 from ..features.protocol import check_read_supported
 from ..files.commit_json import Actions, parse_json_actions
 from ..files.segment import LogSegment, SegmentBuilder, commit_name, commit_version, group_checkpoints
-from ..files.storage import FileMeta, LogStore
+from ..files.storage import TRANSIENT_ERRORS, FileMeta, LogStore
 from ..files.version_checksum import (
     CommitEffect,
     VersionChecksum,
@@ -67,7 +67,6 @@ _MAX_CHECKPOINT_FALLBACKS = 5
 _KEYS_ONLY = FileFields(add=("path",), remove=("path",))
 _MAX_RELISTS = 10
 _MAX_TRANSIENT_RETRIES = 3
-_TRANSIENT = (ConnectionError, TimeoutError)
 
 
 @dataclass(frozen=True, eq=False)
@@ -648,7 +647,7 @@ def _read_again(cause: BaseException | None) -> bool:
     """Whether a checkpoint read that failed with ``cause`` is worth repeating as it is: a transient
     network error, or the object replaced between its opening and a read (s3fs raises ``EBUSY`` when the
     ETag changed: checkpoints may be written again at the same version, "Checkpoints")."""
-    return isinstance(cause, _TRANSIENT) or (isinstance(cause, OSError) and cause.errno == errno.EBUSY)
+    return isinstance(cause, TRANSIENT_ERRORS) or (isinstance(cause, OSError) and cause.errno == errno.EBUSY)
 
 
 def _relist(store: LogStore, relists: int, exc: Exception) -> int:
