@@ -25,6 +25,8 @@ from golden import load_tables
 
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.base.errors import (
+    CorruptLogError,
+    DataFileNotFoundError,
     DeletionVectorError,
     InvalidCommitError,
     UnsupportedFeatureError,
@@ -355,12 +357,22 @@ def test_stored_vector_corruptions_are_named(stored, tmp_path):
     _refused(
         {**dv, "maxRowIndex": 70_000}, tmp_path, f"row index {2**32 + 1} is above.*maxRowIndex 70000", name
     )
-    missing = {**dv, "pathOrInlineDv": z85_encode(uuid.uuid4().bytes)}
-    _refused(missing, tmp_path, "file is missing", "deletion_vector_")
     unknown = {**dv, "storageType": "p", "pathOrInlineDv": "nosuchstore://bucket/deletion_vector.bin"}
     _refused(unknown, tmp_path, "cannot be read.*nosuchstore", "nosuchstore://bucket/deletion_vector.bin")
+
+
+def test_a_vector_file_that_is_gone_is_named_as_vacuumed_not_corrupt(stored, tmp_path):
+    """A missing vector file is what VACUUM leaves of a version older than the retention: the file and the
+    data file it belongs to are named, and it is no ``CorruptLogError``."""
+    dv, path, _ = stored
+    other = {**dv, "pathOrInlineDv": z85_encode(uuid.uuid4().bytes)}
     path.unlink()
-    _refused(dv, tmp_path, "file is missing", name)
+    for gone, name in ((other, "deletion_vector_"), (dv, path.name)):
+        with pytest.raises(DataFileNotFoundError, match="deletedFileRetentionDuration") as info:
+            deleted_rows(gone, str(tmp_path), LOCAL, data_file=DATA_FILE)
+        assert name in str(info.value) and DATA_FILE in str(info.value), info.value
+        assert not isinstance(info.value, CorruptLogError) and isinstance(info.value, FileNotFoundError)
+        assert name in info.value.path
 
 
 def test_every_bit_flip_of_a_stored_vector_is_refused(stored, tmp_path):

@@ -22,6 +22,7 @@ from delta_kernel_rust_sharing_wrapper import PythonInterface, ScanBuilder, Tabl
 
 from airflow_provider_delta.log import (
     AddFile,
+    DataFileNotFoundError,
     DeltaTable,
     RemoveFile,
     UnsupportedFeatureError,
@@ -673,3 +674,24 @@ def test_a_projected_snapshot_stays_projected_and_is_never_checkpointed(root: Pa
     with pytest.raises(ValueError, match="no field"):
         FileFields(add=("stat",))
     assert FileFields(add=(), remove=()).add == ("path", "deletionVector")  # the reconciliation key stays
+
+
+def test_a_version_whose_files_were_vacuumed_is_refused_by_name(tmp_path):
+    """Reading a version VACUUM took files from names the version and the file (DataFileNotFoundError, also
+    a FileNotFoundError), with or without deletion vectors; the latest version reads as before."""
+    for dv in (False, True):
+        root = str(tmp_path / f"dv-{dv}")
+        table = DeltaTable.create(root, pa.schema([("a", pa.int64())]),
+                                  configuration={"delta.enableDeletionVectors": str(dv).lower()})  # fmt: skip
+        table.write(pa.table({"a": [1, 2, 3]}))
+        table.delete("a = 2")  # a vector (dv) or a rewrite: either way version 1's state is gone at 3
+        table.write(pa.table({"a": [9]}), mode="overwrite")
+        time.sleep(0.01)
+        table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+        for version in (1, 2):
+            refused = f"version {version} of {root} cannot be read"
+            with pytest.raises(DataFileNotFoundError, match=refused) as e:
+                table.to_pyarrow_table(version=version)
+            assert e.value.version == version and isinstance(e.value, FileNotFoundError)
+            assert e.value.path in str(e.value) and "deletedFileRetentionDuration" in str(e.value)
+        assert table.to_pyarrow_table().to_pylist() == [{"a": 9}]

@@ -13,6 +13,7 @@ import os
 import queue
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ HOME = Path(os.environ.get("DELTA_ORACLE_HOME", REPO / ".oracle"))
 SERVER = Path(__file__).with_name("server.py")
 START_TIMEOUT = 240.0  # JVM start plus Delta's first session on two busy cores
 CALL_TIMEOUT = 600.0
+# DELTA_ORACLE_PROFILE=<file>: each call's function, wall time and test appended there as a JSON line, to
+# see where the oracle's time goes (it is most of the suite's).
+PROFILE = os.environ.get("DELTA_ORACLE_PROFILE")
 
 
 class OracleError(Exception):
@@ -127,8 +131,21 @@ class Oracle:
 
     def call(self, fn: str, *args: Any, timeout: float = CALL_TIMEOUT, **kwargs: Any) -> Any:
         rid = next(self._ids)
+        started = time.perf_counter()
         self._send({"id": rid, "op": "call", "fn": fn, "args": list(args), "kwargs": kwargs})
-        return self._answer(rid, fn, timeout)
+        try:
+            return self._answer(rid, fn, timeout)
+        finally:
+            if PROFILE:
+                self._profile(fn, args, time.perf_counter() - started)
+
+    @staticmethod
+    def _profile(fn: str, args: tuple[Any, ...], seconds: float) -> None:
+        what = args[0].split(None, 2)[:2] if fn == "sql" and args and isinstance(args[0], str) else []
+        line = {"fn": " ".join([fn, *what]), "s": round(seconds, 4),
+                "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]}  # fmt: skip
+        with open(PROFILE, "a") as out:
+            out.write(json.dumps(line) + "\n")
 
     def spawn(self, fn: str, *args: Any, **kwargs: Any) -> int:
         """Start ``fn`` on a thread of the oracle; :meth:`join` returns its result (or raises its error)."""

@@ -19,8 +19,12 @@ compare the Spark reader on every table they write.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from oracle_arrow import compare_scan, compare_scan_extras
+from oracle_client import OracleError
 from oracle_compare import (
     Mismatches,
     compare_history,
@@ -30,7 +34,9 @@ from oracle_compare import (
     compare_time_travel,
     compare_versions,
 )
-from oracle_scenarios import Scenario, seeds
+from oracle_scenarios import Scenario, age_log, seeds
+
+from airflow_provider_delta.log import DataFileNotFoundError, DeltaTable
 
 
 @pytest.mark.parametrize("seed", seeds(), ids=lambda s: f"seed{s}")
@@ -66,3 +72,40 @@ def test_we_read_what_delta_spark_writes(seed: int, oracle, spark, tmp_path) -> 
     if m.found:
         print("\n".join(scenario.log))
     m.check()
+
+
+ENFORCE_TIME_TRAVEL = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
+
+
+def test_time_travel_beyond_the_file_retention(oracle, tmp_path) -> None:
+    """Known difference 13: Delta Spark refuses a version older than ``delta.deletedFileRetentionDuration``;
+    ours reads the same rows Delta Spark reads with its check off, and once VACUUM deleted that version's
+    files raises ``DataFileNotFoundError`` naming it, while Delta Spark fails too."""
+    path = str(tmp_path / "t")
+    retention = "TBLPROPERTIES ('delta.deletedFileRetentionDuration' = 'interval 1 days')"
+    oracle.call("sql", f"CREATE TABLE delta.`{path}` (k INT, s STRING) USING delta {retention}")
+    oracle.call("sql", f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
+    oracle.call("sql", f"INSERT INTO delta.`{path}` VALUES (3, NULL)")
+    oracle.call("sql", f"INSERT OVERWRITE delta.`{path}` VALUES (4, 'd')")
+    age_log(Path(path) / "_delta_log", 3 * 86_400)  # every commit three days old: beyond the retention
+    oracle.call("conf", {ENFORCE_TIME_TRAVEL: "true"})
+    try:
+        with pytest.raises(OracleError, match="TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION"):
+            oracle.call("rows", path, 2)
+        assert [json.loads(r) for r in oracle.call("rows", path, 3)] == [{"k": 4, "s": "d"}]  # the latest
+    finally:
+        oracle.call("conf", {ENFORCE_TIME_TRAVEL: "false"})
+    table = DeltaTable(path)
+    theirs = sorted((r["k"], r.get("s")) for r in map(json.loads, oracle.call("rows", path, 2)))
+    ours = sorted((r["k"], r["s"]) for r in table.to_pyarrow_table(version=2).to_pylist())
+    assert ours == theirs == [(1, "a"), (2, "b"), (3, None)]
+
+    oracle.call("sql", f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+    with pytest.raises(OracleError):
+        oracle.call("rows", path, 2)
+    with pytest.raises(DataFileNotFoundError, match=f"version 2 of {path} cannot be read") as gone:
+        table.to_pyarrow_table(version=2)
+    assert gone.value.version == 2 and isinstance(gone.value, FileNotFoundError)
+    assert gone.value.path.endswith(".parquet") and gone.value.path in str(gone.value)
+    assert not (Path(path) / gone.value.path).exists()
+    assert table.to_pyarrow_table().to_pylist() == [{"k": 4, "s": "d"}]

@@ -11,6 +11,7 @@ from spark_helpers import bitmap_array, dv_file, z85_encode
 
 from airflow_provider_delta.log.base.errors import UnsupportedFeatureError
 from airflow_provider_delta.log.files.deletion_vectors import (
+    DataFileNotFoundError,
     DeletionVectorError,
     decode_bitmap,
     deleted_rows,
@@ -63,7 +64,7 @@ def test_stored_vector_checks_size_and_checksum(tmp_path):
     with pytest.raises(DeletionVectorError, match="cardinality says 3"):
         (tmp_path / f"deletion_vector_{uid}.bin").write_bytes(blob)
         deleted_rows({**dv, "cardinality": 3}, str(tmp_path), fs)
-    with pytest.raises(DeletionVectorError, match="missing"):
+    with pytest.raises(DataFileNotFoundError, match="deletion vector file .* is gone"):
         deleted_rows({**dv, "pathOrInlineDv": z85_encode(uuid.uuid4().bytes)}, str(tmp_path), fs)
 
 

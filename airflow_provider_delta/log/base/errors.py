@@ -113,9 +113,17 @@ class RowsChangedError(DeltaError):
         self.version = version
 
 
-class DataFileNotFoundError(DeltaError):
-    """A data or change data file the log names is gone from storage (VACUUM deleted it): the version that
-    needs it can no longer be read."""
+# Why a file the log names can be gone, for the messages of DataFileNotFoundError.
+GONE_BECAUSE = (
+    "VACUUM deletes the files that only versions older than the table's delta.deletedFileRetentionDuration "
+    "need, so such a version may not be readable; Delta Spark refuses to time-travel that far back"
+)
+
+
+class DataFileNotFoundError(DeltaError, FileNotFoundError):
+    """A data, change data or deletion vector file the log names is gone from storage (VACUUM deleted it):
+    the version that needs it can no longer be read. Also a ``FileNotFoundError``, as it was before it had
+    a name of its own."""
 
     def __init__(self, message: str, *, path: str, version: int | None = None) -> None:
         super().__init__(message)

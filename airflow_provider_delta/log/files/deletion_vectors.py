@@ -31,7 +31,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..base.arrow_utils import decode_uri_paths
-from ..base.errors import CorruptLogError, DeletionVectorError, InvalidCommitError, UnsupportedFeatureError
+from ..base.errors import (
+    GONE_BECAUSE,
+    CorruptLogError,
+    DataFileNotFoundError,
+    DeletionVectorError,
+    InvalidCommitError,
+    UnsupportedFeatureError,
+)
 from .deletion_vector_format import as_row_indexes, decode_bitmap, encode_bitmap, z85_decode, z85_encode
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
@@ -218,7 +225,11 @@ def read_dv_bytes(
             fh.seek(offset)
             frame = fh.read(d.size_in_bytes + _FRAME_BYTES)
     except FileNotFoundError:
-        raise fail("the deletion vector file is missing") from None
+        # Not a corrupt log: VACUUM deletes the vectors of files no version inside the retention needs.
+        of = f" of data file {data_file}" if data_file else ""
+        raise DataFileNotFoundError(
+            f"the deletion vector file {path}{of} is gone ({GONE_BECAUSE})", path=path
+        ) from None
     except (OSError, ValueError, ImportError) as exc:  # ValueError, ImportError: fsspec's unknown protocols
         raise fail(f"the deletion vector file cannot be read: {exc!r}") from exc
     if not version:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..base.arrow_utils import rows_pool
+from ..base.errors import DataFileNotFoundError
 from ..expressions.expressions import ColumnNotFoundError, Opaque, as_expr
 from ..expressions.skipping import FileStatistics, files_matching
 from ..expressions.sql_parser import parse
@@ -104,7 +105,8 @@ class Scan:
             row_version_column=config.materialized_row_commit_version_column,
             storage_options=dict(snapshot.store.storage_options),
         )  # fmt: skip
-        self.files = self._plan_live() if files is None else self._plan(files)
+        self._live = files is None
+        self.files = self._plan_live() if self._live else self._plan(files)
         self.read_ahead = max(1, int(read_ahead)) if read_ahead is not None else self._default_read_ahead()
 
     def _default_read_ahead(self) -> int:
@@ -200,7 +202,15 @@ class Scan:
 
         def read(group: list[FileTask]) -> list[pa.RecordBatch]:
             pool = self.memory_pool
-            return [b for task in group for b in read_data_file(task, self.spec, store.fs, store.root, pool)]
+            try:
+                return [b for t in group for b in read_data_file(t, self.spec, store.fs, store.root, pool)]
+            except DataFileNotFoundError as exc:
+                if not self._live:  # the caller's files (a change read): it knows their versions
+                    raise
+                version = self.snapshot.version
+                raise DataFileNotFoundError(
+                    f"version {version} of {store.uri} cannot be read: {exc}", path=exc.path, version=version
+                ) from None
 
         yield from batches_in_order(self._groups(), read, self.read_ahead, self.schema)
 

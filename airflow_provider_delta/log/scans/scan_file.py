@@ -33,7 +33,7 @@ from ..base.arrow_utils import (
     single,
     string_scalar,
 )
-from ..base.errors import UnsupportedFeatureError
+from ..base.errors import GONE_BECAUSE, DataFileNotFoundError, UnsupportedFeatureError
 from ..expressions.evaluate import predicate_mask
 from ..expressions.expressions import Expr, as_expr
 from ..expressions.sql_parser import parse
@@ -235,7 +235,12 @@ def read_data_file(
     local = "file" in (file_fs.protocol if isinstance(file_fs.protocol, tuple) else (file_fs.protocol,))
     # A local file opened directly: handing pyarrow the path makes it resolve a file system for every
     # file, a fifth of the cost of reading a small one.
-    source = _LOCAL.open_input_file(path) if local else file_fs.open(path, "rb")
+    try:
+        source = _LOCAL.open_input_file(path) if local else file_fs.open(path, "rb")
+    except FileNotFoundError:
+        raise DataFileNotFoundError(
+            f"the data file {task.path} is gone from {root} ({GONE_BECAUSE})", path=task.path
+        ) from None
     try:
         # Pre-buffering coalesces reads into few large requests: worth it on object stores, a cost on disk.
         pf = pq.ParquetFile(source, pre_buffer=not local)
