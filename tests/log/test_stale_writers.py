@@ -351,18 +351,22 @@ def test_every_write_refuses_an_unknown_writer_feature(table: DeltaTable, operat
 
 
 # -- readers racing cleanup on every store -----------------------------------------------------------------
+def _store(request: pytest.FixtureRequest, backend: str, name: str) -> tuple[str, dict[str, Any]]:
+    """(uri, storage options) of a new table on the S3 server or a cloud emulator."""
+    if backend == "s3":
+        s3, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
+        return f"s3://{bucket}/{name}-{time.time_ns()}", s3.storage_options
+    emulator = request.getfixturevalue(f"{backend}_emulator")
+    return emulator.uri(f"{name}-{time.time_ns()}"), emulator.storage_options
+
+
 @pytest.mark.parametrize("backend", ["s3", "gcs", "azure"])
 def test_a_checkpoint_deleted_after_the_reader_opened_it_is_listed_again(
     request: pytest.FixtureRequest, backend: str, monkeypatch: pytest.MonkeyPatch
 ):
     """Log cleanup deletes the checkpoint a reader has just opened: every store reports "not found" alike
     (adlfs raises Azure's own error from range reads) and the reader lists again."""
-    if backend == "s3":
-        s3, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
-        uri, options = f"s3://{bucket}/t", s3.storage_options
-    else:
-        emulator = request.getfixturevalue(f"{backend}_emulator")
-        uri, options = emulator.uri(f"race-{time.time_ns()}"), emulator.storage_options
+    uri, options = _store(request, backend, "race")
     t = DeltaTable.create(uri, pa.schema([("a", pa.int64())]), storage_options=options)
     for i in range(3):
         t.transaction().add_files([AddFile(f"f{i}.parquet", 1)]).commit()
@@ -380,13 +384,16 @@ def test_a_checkpoint_deleted_after_the_reader_opened_it_is_listed_again(
 
 
 @pytest.mark.s3
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure"])
 def test_a_checkpoint_rewritten_while_read_is_read_again(
-    s3_server, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another writer checkpoints the same version while the reader reads it (checkpoints may be written
-    again): s3fs sees the ETag change and raises EBUSY; the reader reads the new file, with nothing older to
-    fall back to (the commits before it are cleaned up)."""
-    uri, options = f"s3://{s3_bucket}/rewritten", s3_server.storage_options
+    again): the reader reads the new file, with nothing older to fall back to (the commits before it are
+    cleaned up). s3fs sees the ETag change and raises EBUSY; gcsfs and adlfs read the new object's bytes at
+    the old one's offsets, which fails to decode, and the file's size and time, no longer those listed, tell
+    the reader it was replaced rather than corrupt."""
+    uri, options = _store(request, backend, "rewritten")
     t = DeltaTable.create(uri, pa.schema([("a", pa.int64())]), storage_options=options)
     for i in range(3):
         t.transaction().add_files([AddFile(f"f{i}.parquet", 1)]).commit()

@@ -42,6 +42,11 @@ class FileMeta:
     size: int
     modification_time: int  # ms since the epoch
 
+    def replaced_by(self, now: FileMeta) -> bool:
+        """Whether ``now`` (the same name, looked up later) is another object than the one listed: another
+        size or another second (S3 lists milliseconds but answers a HEAD in seconds)."""
+        return self.size != now.size or self.modification_time // 1000 != now.modification_time // 1000
+
 
 def _to_ms(value: Any) -> int:
     """Normalise the modification times fsspec backends report (float seconds, datetime, str)."""
@@ -293,6 +298,17 @@ class LogStore:
         if self.protocol in ("file", "local"):
             return os.path.exists(path)
         return self.fs.exists(path)
+
+    def log_file_now(self, name: str) -> FileMeta | None:
+        """``_delta_log/name`` as storage holds it now (size and time), or None when it is gone: asked of
+        the store, not of the file system's cache of listings (adlfs and s3fs answer ``info`` from it)."""
+        path = self.log_file(name)
+        self.fs.invalidate_cache(posixpath.dirname(path))  # adlfs finds a file in its folder's listing
+        self.fs.invalidate_cache(path)
+        try:
+            return self.info(path)
+        except (FileNotFoundError, *_azure_not_found()):
+            return None
 
     def exists(self, path: str) -> bool:
         return self.fs.exists(path)

@@ -418,8 +418,17 @@ def _with_fallbacks(store: LogStore, version: int | None, read: Any) -> tuple[Lo
                 transient += 1
                 log.info("reading a checkpoint of %s failed (%s); trying again", store.uri, exc)
                 continue
-            if not all(store.log_file_exists(f.name) for f in segment.checkpoint.files):
+            listed = segment.checkpoint.files
+            now = [store.log_file_now(f.name) for f in listed]
+            if None in now:
                 relists = _relist(store, relists, exc)
+                continue
+            replaced = any(f.replaced_by(n) for f, n in zip(listed, now, strict=True))
+            if replaced and transient < _MAX_TRANSIENT_RETRIES:
+                # Replaced since the listing (another writer's checkpoint of the same version) on a store
+                # whose reads do not pin the object (gcsfs, adlfs): the read mixed two files' bytes.
+                transient += 1
+                log.info("a checkpoint of %s was replaced while read (%s); reading it again", store.uri, exc)
                 continue
             log.warning("%s; falling back to an older checkpoint or the JSON log", exc)
             excluded.add(segment.checkpoint.names)
