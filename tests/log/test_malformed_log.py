@@ -448,3 +448,12 @@ def test_a_writer_never_commits_metadata_that_readers_refuse(tmp_path: Path, con
     with pytest.raises(InvalidCommitError, match="the new metaData would make the table unreadable"):
         DeltaTable.create(str(tmp_path / "t"), schema, configuration=configuration)
     assert not (tmp_path / "t" / "_delta_log" / f"{0:020d}.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["add", "remove"])
+def test_two_json_objects_on_one_line_of_file_actions(tmp_path: Path, kind: str):
+    """Arrow's JSON reader takes ``}{`` as two rows; the line is malformed (one action per line), and the
+    Python parser names it (found by the fuzz test: an IndexError looking for the line)."""
+    action = add("p=1/b.parquet") if kind == "add" else '{"remove":{"path":"p=1/a.parquet"}}'
+    write_log(tmp_path, [PROTOCOL, metadata(), add()], [add("p=1/c.parquet"), action + '{"commitInfo":{}}'])
+    refused(tmp_path, file=f"{1:020d}.json", line=2, says=f"malformed {kind} action: Extra data")

@@ -152,6 +152,10 @@ def _file_actions_from_json(lines: list[bytes], kind: str, where: Where, target:
         retyped = _string_keyed_maps(raw, schema, kind)
         if retyped is not None:
             raw = _read_json(buf, retyped, kind, infer)
+        if len(raw) != len(lines):
+            # Arrow's reader takes objects side by side on one line ("}{") as rows of their own: such a line
+            # is malformed, and the Python parser names it.
+            raise ValueError("a line holds more than one JSON object")
         arr = _normalise_file_struct(raw, target)
         # Arrow's JSON reader does not check that strings are UTF-8 (Python's parser does, and names the
         # line): a full validation is a fast pass over the batch's bytes.
