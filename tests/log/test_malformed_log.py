@@ -240,6 +240,8 @@ def test_last_checkpoint_with_out_of_range_fields_is_only_ignored(tmp_path: Path
         add().encode().replace(b'{"p":"1"}', b'{"p":"\xed\xa0\x80"}'),  # a surrogate, encoded
         add(path="a\ud800.parquet").encode(),  # a lone surrogate, escaped (json.dumps writes \ud800)
         b'{"txn":{"appId":"\xff","version":1}}',
+        b'{"txn":{"appId":"a\xed\xa0\x80b","version":1}}',  # a surrogate, encoded, in a small action
+        metadata(id='"a-b"').encode().replace(b"a-b", b"a\xed\xa0\x80b"),  # fuzz: failed checkpoint() only
     ],
 )
 def test_invalid_utf8_in_paths_and_map_keys(tmp_path: Path, line: bytes):

@@ -104,7 +104,9 @@ def action_line(line: bytes, path: str, lineno: int) -> dict[str, Any]:
     """One line of a commit file as its JSON object; broken JSON or a line that is not an object is a
     :class:`CorruptLogError` naming the file and the line (every reader of commit lines parses them here)."""
     try:
-        obj = json.loads(line)
+        # Decoded strictly first: json.loads of bytes lets UTF-8-encoded surrogates (ED A0 80) through as
+        # lone surrogates, which are no text and fail only later, when a checkpoint writes them.
+        obj = json.loads(line.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise CorruptLogError(f"malformed JSON: {exc}", path=path, line=lineno) from None
     if not isinstance(obj, dict):
@@ -218,7 +220,7 @@ def _file_actions_from_python(
     bodies = []
     for line, (path, lineno) in zip(lines, where, strict=True):
         try:
-            body = json.loads(line)[kind]
+            body = json.loads(line.decode("utf-8"))[kind]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CorruptLogError(f"malformed {kind} action: {exc}", path=path, line=lineno) from None
         if not isinstance(body, dict):

@@ -115,7 +115,7 @@ def parse_last_checkpoint(data: bytes, *, where: str = LAST_CHECKPOINT) -> LastC
     A corrupt pointer is not an error of the table: the log itself is the truth, so the caller lists.
     """
     try:
-        obj = json.loads(data, object_pairs_hook=_no_duplicates)
+        obj = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)  # strictly: no surrogates
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
         version = obj["version"]

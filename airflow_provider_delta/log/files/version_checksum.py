@@ -230,7 +230,7 @@ def parse_checksum(data: bytes, version: int, where: str) -> VersionChecksum:
     """A checksum file's content; ``ChecksumError`` naming ``where`` when it is not one ("Version
     Checksum File Schema": one JSON object, the required fields typed, one metadata and one protocol)."""
     try:
-        obj = json.loads(data)
+        obj = json.loads(data.decode("utf-8"))  # strictly: encoded surrogates are no text
         if not isinstance(obj, dict):
             raise ValueError("a checksum file holds one JSON object")
         for key in ("numMetadata", "numProtocol"):
