@@ -270,6 +270,10 @@ class _Supervisor:
                 proc.join(30)
 
 
+# CorruptLogError and its subclasses, by the name the journals record.
+CORRUPT_LOG_ERRORS = frozenset({"CorruptLogError", "ChecksumError", "DeletionVectorError"})
+
+
 def _collect(workdir: Path, roster: list[tuple[str, int]], result: ChaosResult) -> dict[int, set[int]]:
     """Read the journals into ``result``; return each writer's acknowledged batches."""
     acks: dict[int, set[int]] = {}
@@ -280,6 +284,10 @@ def _collect(workdir: Path, roster: list[tuple[str, int]], result: ChaosResult) 
                 result.client_faults[rec["kind"]] += 1
             elif t == "error" and rec["class"] != "injected" or t == "conflict":
                 result.named_errors[rec["class"]] += 1
+                if rec["class"] in CORRUPT_LOG_ERRORS:
+                    # Faults drop, delay and repeat requests and kill processes, never corrupt a file:
+                    # a reader that calls the log corrupt misread a valid table.
+                    result.failures.append(f"{role}-{index}: {rec['class']}: {rec.get('msg', '')}")
             elif t == "failure":
                 result.failures.append(f"{role}-{index}: {rec['what']}: {rec['detail']}")
             elif t == "checkpoint-verified":
