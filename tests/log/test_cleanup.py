@@ -5,8 +5,10 @@ Log file ages are set with os.utime and the clock is injected with ``now_ms``, s
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import time
 import urllib.parse
 from pathlib import Path
@@ -301,3 +303,25 @@ def test_a_commit_older_than_one_before_it_counts_as_newer():
     assert cutoff_checkpoint(files + [FileMeta(commit(10), 1, cutoff)], cutoff) is None  # cutoff + 1
     files[9] = FileMeta(commit(9), 1, cutoff - 600)
     assert cutoff_checkpoint(files + [FileMeta(commit(10), 1, cutoff - 500)], cutoff) == 10
+
+
+def test_a_sidecar_path_that_is_not_a_string_keeps_every_sidecar(tmp_path: Path, caplog):
+    """A V2 checkpoint (JSON) whose sidecar ``path`` is a number cannot say which sidecars it needs: cleanup
+    keeps them all, with a warning, instead of failing with a TypeError (found by make fuzz, seed 4949)."""
+    golden = Path(os.environ["DELTA_SHARED_DIR"]) / "golden" / "delta-kernel-java"
+    shutil.copytree(golden / "kernel-pagination-v2-checkpoint-json" / "delta", tmp_path / "t")
+    log = tmp_path / "t" / "_delta_log"
+    (checkpoint,) = log.glob(f"{4:020d}.checkpoint.*.json")
+    actions = [json.loads(line) for line in checkpoint.read_text().splitlines() if line.strip()]
+    assert any("sidecar" in a for a in actions)
+    for a in actions:
+        if "sidecar" in a:
+            a["sidecar"]["path"] = 7
+    checkpoint.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    for f in log.rglob("*"):
+        os.utime(f, ((NOW - 40 * DAY) / 1000,) * 2)  # everything past the retention
+    sidecars = sorted(p.name for p in (log / "_sidecars").iterdir())
+    deleted = cleanup_expired_logs(DeltaTable(str(tmp_path / "t")), now_ms=NOW)
+    assert not [d for d in deleted if d.startswith("_sidecars/")]
+    assert sorted(p.name for p in (log / "_sidecars").iterdir()) == sidecars
+    assert "keeping every sidecar" in caplog.text

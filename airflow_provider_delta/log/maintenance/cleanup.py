@@ -219,10 +219,11 @@ def _referenced_sidecars(store: LogStore, files: list[FileMeta]) -> set[str] | N
                 if "sidecar" in pf.schema_arrow.names:
                     column = pf.read(columns=["sidecar"]).column("sidecar").combine_chunks()
                     names.update(column.field("path").drop_null().to_pylist())
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # A path that is not a string (a malformed checkpoint) fails here, inside the guard.
+        return {posixpath.basename(unquote(n)) for n in names}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.warning("cannot read the checkpoints of %s (%s): keeping every sidecar", store.uri, exc)
         return None
-    return {posixpath.basename(unquote(n)) for n in names}
 
 
 # -- deleting (shared with vacuum) ------------------------------------------------------------------------
