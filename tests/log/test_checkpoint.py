@@ -297,3 +297,27 @@ def test_a_checkpoint_streams_from_the_previous_one(tmp_path: Path, monkeypatch,
     dt = deltalake.DeltaTable(str(tmp_path / "t"))
     if policy == "classic":
         assert sorted(dt.file_uris()) == sorted(str(tmp_path / "t" / p) for p in expected[0])
+
+
+@pytest.mark.parametrize(
+    ("configuration", "parsed"),
+    [
+        ({"delta.dataSkippingNumIndexedCols": "0"}, ["numRecords", "tightBounds"]),
+        ({"delta.dataSkippingStatsColumns": "b"}, ["numRecords", "nullCount", "tightBounds"]),  # no min/max
+    ],
+)
+def test_stats_as_struct_without_indexed_columns(tmp_path: Path, configuration: dict, parsed: list):
+    """``stats_parsed`` leaves out minValues, maxValues or nullCount when no indexed column falls under it:
+    Parquet has no empty struct, and checkpoint() failed with ArrowNotImplementedError (found by make fuzz,
+    seed 5050, on a table partitioned by its only column)."""
+    config = {**configuration, "delta.checkpoint.writeStatsAsStruct": "true"}
+    schema = pa.schema([("a", pa.int64()), ("b", pa.bool_())])
+    t = DeltaTable.create(str(tmp_path), schema, configuration=config)
+    t.write(pa.table({"a": [1, 2], "b": [True, None]}))
+    assert t.checkpoint().version == 1
+    written = pq.read_schema(tmp_path / "_delta_log" / f"{1:020d}.checkpoint.parquet")
+    assert [f.name for f in written.field("add").type.field("stats_parsed").type] == parsed
+    fresh = DeltaTable(str(tmp_path))
+    assert fresh.scan(filter="a > 1").to_table().to_pylist() == [{"a": 2, "b": None}]
+    assert fresh.scan(filter="b IS NULL").to_table().num_rows == 1
+    assert deltalake.DeltaTable(str(tmp_path)).to_pyarrow_table().num_rows == 2

@@ -134,7 +134,10 @@ def _add_struct(config: TableConfiguration, files: pa.Table) -> pa.StructArray:
             extra["partitionValues_parsed"] = pa.StructArray.from_arrays(
                 [typed.column(c).combine_chunks() for c in columns], names=[physical[c] for c in columns]
             )
-        extra["stats_parsed"] = typed_file_stats(config.stats_schema, files)
+        # Parquet has no struct without fields: minValues, maxValues or nullCount with no indexed column
+        # under it (delta.dataSkippingNumIndexedCols = 0, stats columns without min/max) is left out.
+        kept = [f for f in config.stats_schema if not (pa.types.is_struct(f.type) and f.type.num_fields == 0)]
+        extra["stats_parsed"] = typed_file_stats(pa.struct(kept), files)
     return _file_struct(files, fields, extra)
 
 
