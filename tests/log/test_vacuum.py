@@ -686,8 +686,8 @@ def test_a_version_whose_files_were_vacuumed_is_refused_by_name(tmp_path):
         table.write(pa.table({"a": [1, 2, 3]}))
         table.delete("a = 2")  # a vector (dv) or a rewrite: either way version 1's state is gone at 3
         table.write(pa.table({"a": [9]}), mode="overwrite")
-        time.sleep(0.01)
-        table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+        later = int(time.time() * 1000) + DAY  # a clock a day on: every removed file is past the retention
+        table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, now_ms=later)
         for version in (1, 2):
             refused = f"version {version} of {root} cannot be read"
             with pytest.raises(DataFileNotFoundError, match=refused) as e:
