@@ -90,11 +90,13 @@ def read_change_task(
                 kinds = pa.repeat(pa.scalar(task.kind, pa.string()), n)
             arrays = [*columns, kinds, pa.repeat(version, n), pa.repeat(timestamp, n)]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-    except FileNotFoundError as exc:
+    except FileNotFoundError as exc:  # the data or change data file, or its deletion vector
+        gone = exc.path if isinstance(exc, DataFileNotFoundError) else task.path
         what = "change data file" if task.kind == CDC else "data file"
+        what = what if gone == task.path else "deletion vector file"
         raise DataFileNotFoundError(
-            f"the {what} {task.path} of version {task.version} is gone from {root} (VACUUM deleted it), so "
-            f"the changes of version {task.version} can no longer be read: {exc}",
-            path=task.path,
+            f"the {what} {gone} of version {task.version} is gone from {root} (VACUUM deleted it), so "
+            f"the changes of version {task.version} can no longer be read",
+            path=gone,
             version=task.version,
         ) from None
