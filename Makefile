@@ -25,12 +25,13 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PYSPARK_PYTHON := $(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(VENV)/bin/python
 
-.PHONY: test lint demo bench fuzz chaos sync uv clean distclean tools browser oracle
+.PHONY: test lint demo bench fuzz chaos oracle-deep sync uv clean distclean tools gcs-emulator azure-emulator \
+  browser oracle
 
 # The set-up steps run side by side (downloads, Go's build of the GCS emulator, Maven), each one's output
 # shown whole when it ends; then the suite.
 test:
-	@$(MAKE) --no-print-directory --jobs=3 --output-sync=target lint tools oracle
+	@$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint tools oracle
 	$(UV_RUN) pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 lint: sync
@@ -68,6 +69,13 @@ chaos: tools sync
 	  CHAOS_EMULATOR_DURATION_S=$(CHAOS_EMULATOR_DURATION_S) \
 	  $(UV_RUN) pytest -m chaos tests/log/test_chaos.py $(PYTEST_ARGS)
 
+# The oracle tests at full depth (tests/oracle/oracle_depth.py): every case of the tests that run a list of
+# cases on both of our engines runs on each engine, where `make test` runs each case on one, the engines in
+# turn. Scenario seeds as in `make test` unless DELTA_ORACLE_SEEDS is set (e.g. DELTA_ORACLE_SEEDS=random).
+oracle-deep: tools oracle
+	DELTA_ORACLE_DEPTH=full $(UV_RUN) pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/oracle \
+	  $(PYTEST_ARGS)
+
 bench: sync
 	$(UV_RUN) python -m bench
 
@@ -103,17 +111,20 @@ FAKE_GCS_SERVER_VERSION := v1.56.1
 AZURITE_VERSION := 3.35.0
 TOOLS := $(CURDIR)/.tools
 
-# Debian's Chromium for the browser test of the Delta view (tests/airflow/test_ui.py, driven by playwright's
-# Python package, which never downloads a browser of its own here). apt-get needs root; otherwise, or when the
-# install fails, this warns and the test fails naming what is missing.
-tools: browser
+tools: browser gcs-emulator azure-emulator
+
+# The two emulators install side by side: Go's build of fake-gcs-server is the longest set-up step.
+gcs-emulator:
 	@if [ "$${DELTA_SKIP_EMULATORS:-}" = 1 ]; then echo "DELTA_SKIP_EMULATORS=1: emulators not installed"; exit 0; fi; \
 	stamp=$(TOOLS)/.fake-gcs-server-$(FAKE_GCS_SERVER_VERSION); \
 	if [ -f "$$stamp" ] && [ -x $(TOOLS)/bin/fake-gcs-server ]; then :; \
 	elif ! command -v go >/dev/null 2>&1; then echo "WARNING: go not found: GCS emulator tests will fail" >&2; \
 	else echo "installing fake-gcs-server $(FAKE_GCS_SERVER_VERSION) with go install (first time: a few minutes)"; \
 	  if GOBIN=$(TOOLS)/bin go install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_SERVER_VERSION); \
-	  then touch "$$stamp"; else echo "WARNING: go install of fake-gcs-server failed" >&2; fi; fi; \
+	  then touch "$$stamp"; else echo "WARNING: go install of fake-gcs-server failed" >&2; fi; fi
+
+azure-emulator:
+	@if [ "$${DELTA_SKIP_EMULATORS:-}" = 1 ]; then exit 0; fi; \
 	stamp=$(TOOLS)/.azurite-$(AZURITE_VERSION); \
 	if [ -f "$$stamp" ] && [ -x $(TOOLS)/node_modules/.bin/azurite-blob ]; then :; \
 	elif ! command -v npm >/dev/null 2>&1; then echo "WARNING: npm not found: Azure emulator tests will fail" >&2; \
@@ -121,6 +132,9 @@ tools: browser
 	  if npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION); \
 	  then touch "$$stamp"; else echo "WARNING: npm install of Azurite failed" >&2; fi; fi
 
+# Debian's Chromium for the browser test of the Delta view (tests/airflow/test_ui.py, driven by playwright's
+# Python package, which never downloads a browser of its own here). apt-get needs root; otherwise, or when the
+# install fails, this warns and the test fails naming what is missing.
 browser:
 	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \

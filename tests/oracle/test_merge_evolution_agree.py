@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from oracle_client import Oracle, OracleError
 from oracle_compare import our_rows
+from oracle_depth import on_engines
 
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.base.errors import DeltaError
@@ -29,11 +30,6 @@ from airflow_provider_delta.log.features.identity import identity_columns
 from airflow_provider_delta.spark import merge, update
 
 ENGINES = ["spark", "arrow"]
-
-
-def _engines(cases: list[str]) -> list[Any]:
-    """(case, engine) for each case on each engine."""
-    return [pytest.param(case, engine, id=f"{case}-{engine}") for case in cases for engine in ENGINES]
 
 
 BASE = "(id BIGINT, v INT, s STRING)"
@@ -206,7 +202,7 @@ def delta_spark_merges(oracle: Oracle, tmp_path_factory: pytest.TempPathFactory)
     return run
 
 
-@pytest.mark.parametrize(("case", "engine"), _engines(list(CASES)))
+@pytest.mark.parametrize(("case", "engine"), on_engines(list(CASES)))
 def test_merge_schema_evolution_agrees(oracle: Oracle, spark: Any, tmp_path: Path, case: str, base_tables,
                                        delta_spark_merges, engine: str):  # fmt: skip
     props, source, clauses, evolve = CASES[case]
@@ -214,7 +210,7 @@ def test_merge_schema_evolution_agrees(oracle: Oracle, spark: Any, tmp_path: Pat
     _agree(oracle, spark, tmp_path, case, base_tables(props), source, clauses, evolve, merged, engine)
 
 
-@pytest.mark.parametrize(("case", "engine"), _engines(list(NESTED_CASES)))
+@pytest.mark.parametrize(("case", "engine"), on_engines(list(NESTED_CASES)))
 def test_struct_fields_match_by_name_and_evolve_as_in_delta_spark(oracle: Oracle, spark: Any, tmp_path: Path,
                                                                    case: str, base_tables, delta_spark_merges,
                                                                    engine: str):  # fmt: skip
@@ -286,8 +282,7 @@ def _mark(uri: str) -> int | None:
     return identity_columns(DeltaTable(uri).snapshot().metadata.schema)[0].high_water_mark
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("how", ["ALWAYS", "BY DEFAULT"])
+@pytest.mark.parametrize(("how", "engine"), on_engines(["ALWAYS", "BY DEFAULT"]))
 def test_identity_values_on_merge_inserts_follow_delta_sparks_rules(
     oracle: Oracle, spark: Any, tmp_path: Path, how: str, engine: str
 ):
@@ -364,8 +359,7 @@ GENERATED = ("(id BIGINT, v INT, g INT GENERATED ALWAYS AS (v * 10), d DATE, "
 CHANGES = "SELECT * FROM VALUES (2L, 5, DATE'2031-02-03'), (3L, 7, DATE'2032-04-05') AS s(id, v, d)"
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("layout", ["deletion-vectors", "rewrite"])
+@pytest.mark.parametrize(("layout", "engine"), on_engines(["deletion-vectors", "rewrite"]))
 def test_generated_columns_follow_updates_and_merges_as_in_delta_spark(
     oracle: Oracle, spark: Any, tmp_path: Path, layout: str, engine: str
 ):
