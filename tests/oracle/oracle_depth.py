@@ -23,12 +23,11 @@ def full() -> bool:
     return os.environ.get("DELTA_ORACLE_DEPTH", "").strip().lower() == "full"
 
 
-def on_engines(cases: Sequence[Any], engines: Sequence[str] = ENGINES) -> list[Any]:
+def on_engines(cases: Sequence[str], engines: Sequence[str] = ENGINES) -> list[Any]:
     """``(case, engine)`` params with ids ``<case>-<engine>``: every case on every engine at full depth,
-    else case ``i`` on ``engines[i % len(engines)]`` (a tuple case spreads into several arguments)."""
-    params = []
-    for i, case in enumerate(cases):
-        values = case if isinstance(case, tuple) else (case,)
-        for engine in engines if full() else [engines[i % len(engines)]]:
-            params.append(pytest.param(*values, engine, id="-".join([*map(str, values), engine])))
-    return params
+    else case ``i`` on ``engines[i % len(engines)]``."""
+    return [
+        pytest.param(case, engine, id=f"{case}-{engine}")
+        for i, case in enumerate(cases)
+        for engine in (engines if full() else [engines[i % len(engines)]])
+    ]

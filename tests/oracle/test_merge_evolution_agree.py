@@ -22,15 +22,12 @@ from typing import Any
 import pytest
 from oracle_client import Oracle, OracleError
 from oracle_compare import our_rows
-from oracle_depth import on_engines
+from oracle_depth import ENGINES, on_engines
 
 from airflow_provider_delta.log import DeltaTable
 from airflow_provider_delta.log.base.errors import DeltaError
 from airflow_provider_delta.log.features.identity import identity_columns
 from airflow_provider_delta.spark import merge, update
-
-ENGINES = ["spark", "arrow"]
-
 
 BASE = "(id BIGINT, v INT, s STRING)"
 ROWS = "VALUES (1, 1, 'a'), (2, 2, 'b'), (4, 4, 'd')"
