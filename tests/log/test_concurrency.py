@@ -309,6 +309,28 @@ def _commit_reads(requests: list, bucket: str) -> list[str]:
     return [r.key for r in requests if r.method == "GET" and r.bucket == bucket and r.key.endswith(".json")]
 
 
+def test_a_retried_commit_does_not_look_again_for_the_version_it_just_listed(s3_server, s3_bucket) -> None:
+    """A writer that lost version 1 lists and reads the winners (1-3) and puts version 4 at once: the look
+    for its base (``N-1.json``, a HEAD on S3) is made before the first put only, since the winners' listing
+    has just shown version 3. Under contention most attempts are retries."""
+    uri = f"s3://{s3_bucket}/t"
+    DeltaTable.create(uri, SCHEMA, storage_options=s3_server.storage_options)
+    ours, other = (DeltaTable(uri, s3_server.storage_options) for _ in range(2))
+    txn = ours.transaction().add_files([AddFile("ours.parquet", 10)])
+    for n in range(3):
+        other.transaction().add_files([AddFile(f"other-{n}.parquet", 10)]).commit()
+    s3_server.requests.clear()
+    result = txn.commit()
+    assert (result.version, result.attempts) == (4, 2)
+    commits = [r for r in s3_server.requests.requests if r.key.endswith(".json")]
+    puts = [r.key.rsplit("/", 1)[1] for r in commits if r.method == "PUT"]
+    assert puts == [commit_name(1), commit_name(4)]  # lost version 1, won version 4
+    looks = [r.key.rsplit("/", 1)[1] for r in commits if r.method == "HEAD"]
+    assert looks == [commit_name(0)]  # before the first put only
+    reads = [key.rsplit("/", 1)[1] for key in _commit_reads(s3_server.requests.requests, s3_bucket)]
+    assert [reads.count(commit_name(v)) for v in (1, 2, 3)] == [1, 1, 1]  # each winner read once
+
+
 def test_a_commit_that_lost_races_hands_its_snapshot_to_the_next_transaction(s3_server, s3_bucket) -> None:
     """A writer that lost the race for versions 1-3 read those winners while retrying, and wrote version 4
     itself: the table's next snapshot lists the log once and reads none of those commits again (a GET each

@@ -193,9 +193,9 @@ def test_a_transaction_commits_through_the_committer_it_is_given(tmp_path):
         def own_file(self):
             return inner.own_file
 
-        def commit(self, version, data, txn_id):
+        def commit(self, version, data, txn_id, *, base_seen=False):
             calls.append((version, txn_id, json.loads(data.splitlines()[0])["commitInfo"]["txnId"]))
-            return inner.commit(version, data, txn_id)
+            return inner.commit(version, data, txn_id, base_seen=base_seen)
 
     from airflow_provider_delta.log import Transaction
 

@@ -47,14 +47,20 @@ class FileSystemCommitter:
         self.maybe_landed = False  # an attempt's outcome was unknown: it may be in the table
         self.own_file: FileMeta | None = None  # the commit file that landed, as listed
 
-    def commit(self, version: int, data: bytes, txn_id: str) -> tuple[str, str]:
+    def commit(self, version: int, data: bytes, txn_id: str, *, base_seen: bool = False) -> tuple[str, str]:
         """Write ``version`` and say how it went: ``"ours"`` (landed and visible to readers, also when only
         its acknowledgement was lost), ``"taken"`` (another commit holds it) or ``"stale"`` (log cleanup
-        removed what this commit builds on, or readers would never see it; the reason comes second)."""
+        removed what this commit builds on, or readers would never see it; the reason comes second).
+
+        ``base_seen`` (the transaction listed ``version - 1`` while reading the winners of its last attempt)
+        skips the first look for that base: under contention most attempts are retries, and on an object
+        store the look is a request each. Skipping it is safe because ``check_visible`` after the put is
+        what guards against log cleanup; the look only spares writing a commit that would be invisible.
+        """
         store = self.store
         unsure = False  # a put of this version had an unknown outcome: the file there may be ours
-        for _ in range(_PUT_TRIES):
-            if not base_present(store, version):
+        for attempt in range(_PUT_TRIES):
+            if not (base_seen and attempt == 0) and not base_present(store, version):
                 return "stale", f"version {version - 1}, which this commit builds on, is no longer in the log"
             existed = False
             try:

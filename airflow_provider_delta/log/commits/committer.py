@@ -39,7 +39,12 @@ class Committer(Protocol):
     maybe_landed: bool
     own_file: FileMeta | None
 
-    def commit(self, version: int, data: bytes, txn_id: str) -> tuple[Outcome, str]: ...
+    def commit(
+        self, version: int, data: bytes, txn_id: str, *, base_seen: bool = False
+    ) -> tuple[Outcome, str]:
+        """``base_seen``: the transaction has just listed ``version - 1`` in the log (it read the winners
+        of the attempt before), so the committer need not look for it again."""
+        ...
 
 
 def catalog_features(config: TableConfiguration) -> list[str]:

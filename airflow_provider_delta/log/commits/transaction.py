@@ -350,6 +350,7 @@ class Transaction:
         version = 0 if snap is None else snap.version + 1
         previous_ict = _ict_of(snap)
         attempts = 0
+        base_seen = False  # the last attempt's winners, just listed, end at version - 1
         while True:
             attempts += 1
             ict = None
@@ -368,7 +369,7 @@ class Transaction:
                 adds=adds, removes=self.removes, cdc=self.cdc_files,
             )  # fmt: skip
             data = commit_bytes(provenance, actions, ict)
-            outcome, why = committer.commit(version, data, txn_id)
+            outcome, why = committer.commit(version, data, txn_id, base_seen=base_seen)
             if outcome == "ours":
                 self._committed = True
                 self.committed_adds = adds
@@ -380,6 +381,7 @@ class Transaction:
                 return CommitResult(version, False, attempts, txn_id)
             if snap is None:
                 raise InvalidCommitError(f"a table already exists at {self.table.uri} (version 0 is taken)")
+            base_seen = outcome != "stale"
             if outcome == "stale":
                 done, latest, previous_ict = self._rebase(version, why)
             else:
