@@ -90,6 +90,7 @@ class Oracle:
         self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
         self._reader.start()
         self._ids = itertools.count(1)
+        self._spawned: dict[int, tuple[str, tuple[Any, ...], float]] = {}  # profiled jobs
         try:
             self.versions: dict[str, str] = self._answer(0, "start", START_TIMEOUT)
         except OracleError as exc:
@@ -151,7 +152,10 @@ class Oracle:
         """Start ``fn`` on a thread of the oracle; :meth:`join` returns its result (or raises its error)."""
         rid = next(self._ids)
         self._send({"id": rid, "op": "spawn", "fn": fn, "args": list(args), "kwargs": kwargs})
-        return self._answer(rid, fn, CALL_TIMEOUT)
+        job = self._answer(rid, fn, CALL_TIMEOUT)
+        if PROFILE:  # the job's time is counted from here to its join
+            self._spawned[job] = (fn, args, time.perf_counter())
+        return job
 
     def done(self, job: int) -> bool:
         """Whether a spawned job has finished (its result still waits for :meth:`join`)."""
@@ -162,7 +166,12 @@ class Oracle:
     def join(self, job: int, timeout: float = CALL_TIMEOUT) -> Any:
         rid = next(self._ids)
         self._send({"id": rid, "op": "join", "job": job})
-        return self._answer(rid, f"job {job}", timeout)
+        try:
+            return self._answer(rid, f"job {job}", timeout)
+        finally:
+            if PROFILE and job in self._spawned:
+                fn, args, started = self._spawned.pop(job)
+                self._profile(f"{fn} (spawned)", args, time.perf_counter() - started)
 
     def sql(self, query: str) -> list[dict[str, Any]]:
         return [json.loads(r) for r in self.call("sql", query)]
