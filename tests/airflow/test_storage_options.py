@@ -370,8 +370,9 @@ def _doc_commands() -> list[list[str]]:
 def test_the_connection_commands_in_the_docs_work_on_the_emulators(
     airflow_db, s3_server, s3_bucket, gcs_emulator, azure_emulator, token_endpoint, tmp_path, monkeypatch
 ):
-    """Each command runs with Airflow's CLI into the metadata DB; the connection it stored is then handed
-    to the hook as tasks get it (outside a task the Task SDK reads connections from the environment)."""
+    """Each command runs with Airflow's CLI into the metadata DB; the connections stored are exported with
+    the CLI (URIs, as the Task SDK reads connections from the environment outside a task) and handed to the
+    hook as tasks get them."""
     from emulators import AZURITE_ACCOUNT, AZURITE_KEY
 
     from airflow_provider_delta.log import DeltaTable
@@ -381,7 +382,7 @@ def test_the_connection_commands_in_the_docs_work_on_the_emulators(
     key_file = tmp_path / "loader.json"
     key_file.write_text(json.dumps(service_account_key(token_endpoint)))
     airflow = str(Path(sys.executable).with_name("airflow"))
-    used = []
+    added = []
     for args in commands:
         conn_id = f"{args[3]}_{uuid.uuid4().hex[:6]}"
         args = [a.replace("AKIA...", "testing").replace("$ACCOUNT_KEY", AZURITE_KEY) for a in args]
@@ -403,10 +404,15 @@ def test_the_connection_commands_in_the_docs_work_on_the_emulators(
         args[args.index("--conn-extra") + 1] = json.dumps(extra)
         args[3] = conn_id
         subprocess.run([airflow, *args[1:]], check=True, capture_output=True, env=os.environ.copy())
-        got = subprocess.run([airflow, "connections", "get", conn_id, "-o", "json"], check=True,
-                             capture_output=True, text=True, env=os.environ.copy())  # fmt: skip
-        stored = json.loads(got.stdout[got.stdout.index("[") :])[0]
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", stored["get_uri"])
+        added.append((conn_id, scheme, uri))
+    # One export of what the commands stored (each Airflow CLI start costs seconds of CPU).
+    exported = tmp_path / "connections.env"
+    export = ["connections", "export", str(exported), "--file-format", "env", "--serialization-format", "uri"]
+    subprocess.run([airflow, *export], check=True, capture_output=True, env=os.environ.copy())
+    stored = dict(line.split("=", 1) for line in exported.read_text().splitlines() if line.strip())
+    used = []
+    for conn_id, scheme, uri in added:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", stored[conn_id])
         hook = DeltaHook(conn_id)
         DeltaTable.create(uri, ROWS.schema, storage_options=hook.storage_options(uri))
         hook.write_rows(uri, ROWS)
