@@ -350,7 +350,7 @@ class Transaction:
         version = 0 if snap is None else snap.version + 1
         previous_ict = _ict_of(snap)
         attempts = 0
-        base_seen = False  # the last attempt's winners, just listed, end at version - 1
+        base_seen = False  # the log was just listed up to version - 1 (the last attempt's winners)
         while True:
             attempts += 1
             ict = None
